@@ -1,0 +1,36 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Both create .venv from a Python 3.12+ found by .ci/find_python.sh and install
+# requirements.txt plus the package (editable); re-running skips that step when
+# neither requirements.txt nor pyproject.toml changed.
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEMO_DIR ?= runs/demo
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test test-fast bench clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || { PYTHON=$$(bash .ci/find_python.sh) && echo "creating $(VENV) with $$PYTHON" && $$PYTHON -m venv $(VENV); }
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	@touch $(STAMP)
+
+# The main job: train the default Dyck config, then evaluate it.
+demo: $(STAMP)
+	$(PY) train.py --config configs/dyck.py --workdir $(DEMO_DIR)
+	$(PY) eval.py --workdir $(DEMO_DIR)
+
+# The whole suite, slow end-to-end tests included (what CI runs).
+test: $(STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Everything but the slow end-to-end tests.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

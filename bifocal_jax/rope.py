@@ -1,0 +1,311 @@
+"""Rotary position embeddings: the pure math, and thin NNX modules over it.
+
+Everything positional in the project reduces to three pure functions:
+
+* `geometric_frequencies(rotary_dim, base)`: the fixed RoPE spectrum.
+* `rotary_cos_sin(positions, frequencies)`: the rotation angles, in float32,
+  computed once and shared by queries and keys (and by every head that uses
+  the same spectrum).
+* `rotate(x, cos, sin, layout)`: applies a rotation to the first `2 * pairs`
+  channels of each head and passes the rest through (partial rotary).
+
+`apply_rope` composes the last two. The modules (`GeometricRoPE`,
+`SpectralRoPE`, `PerHeadSpectralRoPE`) only own frequencies: geometric ones as
+constants, spectral ones as `SpectralFrequency` parameters holding
+`log omega` (so omega stays positive and gradient steps are relative).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+Layout = Literal["half", "interleaved"]
+LAYOUTS = ("half", "interleaved")
+
+
+# ----------------------------------------------------------------------------
+# Pure functions.
+# ----------------------------------------------------------------------------
+
+
+def geometric_frequencies(rotary_dim: int, base: float = 10_000.0) -> jax.Array:
+  """Angular frequencies `base ** (-2i / rotary_dim)`, i < rotary_dim // 2, float32."""
+  if not isinstance(rotary_dim, (int, np.integer)) or rotary_dim <= 0 or rotary_dim % 2:
+    raise ValueError(f"rotary_dim must be a positive even integer, got {rotary_dim!r}")
+  if not base > 1.0:
+    raise ValueError(f"base must be > 1, got {base!r}")
+  # Computed in float64 on the host so every caller gets the same float32 values.
+  i = np.arange(rotary_dim // 2, dtype=np.float64)
+  return jnp.asarray(base ** (-2.0 * i / rotary_dim), dtype=jnp.float32)
+
+
+def rotary_cos_sin(positions: jax.Array, frequencies: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Cosines and sines of `positions * frequencies`, in float32.
+
+  Args:
+    positions: `[..., seq]`, integer or float.
+    frequencies: `[pairs]` (shared by all heads) or `[heads, pairs]`.
+
+  Returns:
+    `(cos, sin)`, each `[..., seq, 1, pairs]` or `[..., seq, heads, pairs]`:
+    laid out to broadcast against `x: [..., seq, heads, head_dim]`.
+  """
+  frequencies = jnp.asarray(frequencies, jnp.float32)
+  if frequencies.ndim == 1:
+    frequencies = frequencies[None, :]
+  if frequencies.ndim != 2:
+    raise ValueError(
+        f"frequencies must be [pairs] or [heads, pairs], got shape {frequencies.shape}")
+  pos = jnp.asarray(positions).astype(jnp.float32)
+  angles = pos[..., :, None, None] * frequencies  # [..., seq, heads|1, pairs]
+  return jnp.cos(angles), jnp.sin(angles)
+
+
+def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, layout: Layout = "half") -> jax.Array:
+  """Rotates channel pairs of `x: [..., seq, heads, head_dim]` by precomputed angles.
+
+  `cos`/`sin` are `[..., seq, heads|1, pairs]` from `rotary_cos_sin`. Only the
+  first `2 * pairs` channels are rotated. The arithmetic is float32; the
+  result has the dtype of `x`.
+  """
+  if layout not in LAYOUTS:
+    raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+  pairs = cos.shape[-1]
+  head_dim = x.shape[-1]
+  if 2 * pairs > head_dim:
+    raise ValueError(
+        f"frequencies have {pairs} pairs but head_dim is {head_dim}: at most head_dim // 2 pairs")
+  dtype = x.dtype
+  xr = x[..., : 2 * pairs].astype(jnp.float32)
+  if layout == "half":
+    x1, x2 = xr[..., :pairs], xr[..., pairs:]
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  else:
+    xp = xr.reshape(xr.shape[:-1] + (pairs, 2))
+    x1, x2 = xp[..., 0], xp[..., 1]
+    out = jnp.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    out = out.reshape(xr.shape)
+  out = out.astype(dtype)
+  if 2 * pairs == head_dim:
+    return out
+  return jnp.concatenate([out, x[..., 2 * pairs:]], axis=-1)
+
+
+def check_positions(x_shape: tuple[int, ...], positions_shape: tuple[int, ...]) -> None:
+  """Raises ValueError unless `positions: [..., seq]` fits `x: [..., seq, heads, dim]`."""
+  batch, seq = tuple(x_shape[:-3]), x_shape[-3]
+  ok = len(positions_shape) >= 1 and positions_shape[-1] == seq
+  if ok:
+    try:
+      np.broadcast_shapes(tuple(positions_shape[:-1]), batch)
+    except ValueError:
+      ok = False
+    ok = ok and len(positions_shape) - 1 <= len(batch)
+  if not ok:
+    raise ValueError(
+        f"positions has shape {tuple(positions_shape)}, which does not fit x of shape "
+        f"{tuple(x_shape)}: expected [..., {seq}] broadcastable to {batch + (seq,)}")
+
+
+def apply_rope(
+    x: jax.Array,
+    positions: jax.Array,
+    frequencies: jax.Array,
+    *,
+    layout: Layout = "half",
+) -> jax.Array:
+  """Rotary position embedding, a pure function.
+
+  Args:
+    x: `[..., seq, heads, head_dim]`.
+    positions: `[..., seq]`, int or float; any offsets (packed sequences,
+      decoding). Leading dims broadcast against those of `x`.
+    frequencies: `[pairs]` shared by all heads, or `[heads, pairs]` per head.
+      The first `2 * pairs` channels are rotated, the rest pass through.
+    layout: `"half"` pairs channel `i` with `i + pairs` (Llama, Gemma,
+      `flax.nnx.RoPE`); `"interleaved"` pairs `2i` with `2i + 1` (GPT-J).
+
+  Returns:
+    An array like `x` (same shape and dtype). Angles are float32.
+  """
+  x = jnp.asarray(x)
+  if x.ndim < 3:
+    raise ValueError(f"x must be [..., seq, heads, head_dim], got shape {x.shape}")
+  positions = jnp.asarray(positions)
+  check_positions(x.shape, positions.shape)
+  frequencies = jnp.asarray(frequencies)
+  if frequencies.ndim == 2 and frequencies.shape[0] not in (1, x.shape[-2]):
+    raise ValueError(
+        f"per-head frequencies have {frequencies.shape[0]} heads but x has {x.shape[-2]}")
+  cos, sin = rotary_cos_sin(positions, frequencies)
+  return rotate(x, cos, sin, layout)
+
+
+def randomized_positions(
+    key: jax.Array, shape: tuple[int, ...], max_position: int
+) -> jax.Array:
+  """Randomized positional encodings (Ruoss et al., 2023).
+
+  For each sequence, an increasing random subset of `[0, max_position)` of the
+  sequence's length, instead of `0 .. seq - 1`. `shape` is `[..., seq]`.
+  """
+  *batch, seq = shape
+  if seq > max_position:
+    raise ValueError(
+        f"sequence length {seq} exceeds position.max_position={max_position}")
+  n = int(np.prod(batch)) if batch else 1
+  keys = jax.random.split(key, n)
+  # Top-k of iid uniforms is a uniform random subset without a full permutation.
+  def one(k):
+    u = jax.random.uniform(k, (max_position,))
+    _, idx = jax.lax.top_k(u, seq)
+    return jnp.sort(idx)
+  return jax.vmap(one)(keys).reshape(shape).astype(jnp.int32)
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+  """ALiBi head slopes (Press et al., 2022), including the non-power-of-2 rule."""
+  def pow2(n):
+    start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+    return [start * start**i for i in range(n)]
+  if math.log2(num_heads).is_integer():
+    slopes = pow2(num_heads)
+  else:
+    closest = 2 ** math.floor(math.log2(num_heads))
+    slopes = pow2(closest) + pow2(2 * closest)[0::2][: num_heads - closest]
+  return np.asarray(slopes, np.float32)
+
+
+def alibi_bias(q_positions: jax.Array, k_positions: jax.Array, slopes: jax.Array) -> jax.Array:
+  """`-slope * |q - k|` as `[..., heads, q, k]`, float32."""
+  dist = jnp.abs(
+      q_positions[..., :, None].astype(jnp.float32) - k_positions[..., None, :].astype(jnp.float32))
+  return -jnp.asarray(slopes, jnp.float32)[:, None, None] * dist[..., None, :, :]
+
+
+# ----------------------------------------------------------------------------
+# Modules: owners of frequencies.
+# ----------------------------------------------------------------------------
+
+
+class SpectralFrequency(nnx.Param):
+  """A trainable rotary spectrum, stored as `log omega` (radians per token).
+
+  Its own Variable type, so optimizers (`optim.spectral_evolution`), analysis
+  and checkpoints select spectral frequencies with `nnx.All(SpectralFrequency)`
+  or `nnx.state(model, SpectralFrequency)`.
+  """
+
+
+def _check_rotary_dim(embedding_size: int, rotary_fraction: float = 1.0) -> int:
+  if not isinstance(embedding_size, (int, np.integer)) or embedding_size <= 0 or embedding_size % 2:
+    raise ValueError(f"embedding_size (head_dim) must be a positive even integer, got {embedding_size!r}")
+  if not 0.0 < rotary_fraction <= 1.0:
+    raise ValueError(f"rotary_fraction must be in (0, 1], got {rotary_fraction!r}")
+  pairs = int(round(embedding_size * rotary_fraction)) // 2
+  if pairs < 1:
+    raise ValueError(
+        f"rotary_fraction={rotary_fraction} rotates no channel pair of head_dim={embedding_size}")
+  return 2 * pairs
+
+
+def _default_positions(x: jax.Array, input_positions) -> jax.Array:
+  if input_positions is None:
+    return jnp.arange(x.shape[-2], dtype=jnp.int32)
+  input_positions = jnp.asarray(input_positions)
+  if input_positions.ndim == 0 or input_positions.shape[-1] != x.shape[-2]:
+    raise ValueError(
+        f"input_positions has shape {input_positions.shape}; expected [..., {x.shape[-2]}] "
+        f"to match x of shape {x.shape}")
+  return input_positions
+
+
+class _RopeBase(nnx.Module):
+  """Shared call convention of `flax.nnx.RoPE`: `x: [..., seq, head_dim]`."""
+
+  layout: Layout
+
+  def frequencies(self) -> jax.Array:
+    raise NotImplementedError
+
+  def __call__(self, x: jax.Array, input_positions: jax.Array | None = None) -> jax.Array:
+    positions = _default_positions(x, input_positions)
+    # Treat head_dim as a one-head [..., seq, 1, head_dim] problem.
+    out = apply_rope(x[..., None, :], positions, self.frequencies(), layout=self.layout)
+    return out[..., 0, :]
+
+
+class GeometricRoPE(_RopeBase):
+  """Fixed RoPE (the geometric eyes). Same call convention as `flax.nnx.RoPE`."""
+
+  def __init__(self, theta: float = 10_000.0, embedding_size: int | None = None, *,
+               rotary_fraction: float = 1.0, layout: Layout = "half"):
+    if embedding_size is None:
+      raise ValueError("GeometricRoPE needs embedding_size (the head dimension)")
+    self.theta = float(theta)
+    self.embedding_size = int(embedding_size)
+    self.rotary_dim = _check_rotary_dim(embedding_size, rotary_fraction)
+    self.layout = layout
+
+  def frequencies(self) -> jax.Array:
+    return geometric_frequencies(self.rotary_dim, self.theta)
+
+
+class SpectralRoPE(_RopeBase):
+  """RoPE with trainable frequencies, initialised to the geometric spectrum.
+
+  A drop-in for `flax.nnx.RoPE`: `SpectralRoPE(theta=..., embedding_size=...)`,
+  called as `rope(x, input_positions=None)` on `x: [..., seq, head_dim]`
+  (batched `[batch, seq]` positions are handled per sequence), so it serves as
+  the `rope=` of `nnx.dot_product_attention_with_rope`. `num_heads` gives every
+  head its own spectrum (`frequencies()` is then `[heads, pairs]` and the call
+  expects `x: [..., seq, heads, head_dim]`).
+  """
+
+  def __init__(self, theta: float = 10_000.0, embedding_size: int | None = None, *,
+               num_heads: int | None = None, rotary_fraction: float = 1.0,
+               layout: Layout = "half", init_frequencies: jax.Array | None = None):
+    if embedding_size is None:
+      raise ValueError("SpectralRoPE needs embedding_size (the head dimension)")
+    if num_heads is not None and num_heads < 1:
+      raise ValueError(f"num_heads must be >= 1, got {num_heads!r}")
+    self.theta = float(theta)
+    self.embedding_size = int(embedding_size)
+    self.rotary_dim = _check_rotary_dim(embedding_size, rotary_fraction)
+    self.layout = layout
+    self.num_heads = num_heads
+    pairs = self.rotary_dim // 2
+    if init_frequencies is None:
+      init_frequencies = geometric_frequencies(self.rotary_dim, self.theta)
+    init_frequencies = jnp.asarray(init_frequencies, jnp.float32)
+    if init_frequencies.shape[-1] != pairs or bool(jnp.any(init_frequencies <= 0)):
+      raise ValueError(
+          f"init_frequencies must be positive with {pairs} pairs, got shape {init_frequencies.shape}")
+    shape = (pairs,) if num_heads is None else (num_heads, pairs)
+    self.log_frequency = SpectralFrequency(jnp.broadcast_to(jnp.log(init_frequencies), shape))
+
+  def frequencies(self) -> jax.Array:
+    """Current angular frequencies, `[pairs]` or `[heads, pairs]`, float32."""
+    return jnp.exp(self.log_frequency[...])
+
+  def __call__(self, x: jax.Array, input_positions: jax.Array | None = None) -> jax.Array:
+    if self.num_heads is None:
+      return super().__call__(x, input_positions)
+    # Per-head spectrum: x is [..., seq, heads, head_dim].
+    if input_positions is None:
+      input_positions = jnp.arange(x.shape[-3], dtype=jnp.int32)
+    return apply_rope(x, input_positions, self.frequencies(), layout=self.layout)
+
+
+class PerHeadSpectralRoPE(SpectralRoPE):
+  """`SpectralRoPE` with one spectrum per head, on `x: [..., seq, heads, head_dim]`."""
+
+  def __init__(self, theta: float = 10_000.0, embedding_size: int | None = None, *,
+               num_heads: int, **kwargs):
+    super().__init__(theta, embedding_size, num_heads=num_heads, **kwargs)
