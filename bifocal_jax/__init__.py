@@ -6,6 +6,7 @@ The public names of `../shared/design.md`'s library contract. Submodules:
 """
 
 from bifocal_jax.rope import (
+    BifocalRoPE,
     GeometricRoPE,
     PerHeadSpectralRoPE,
     SpectralFrequency,
@@ -15,6 +16,7 @@ from bifocal_jax.rope import (
 )
 
 __all__ = [
+    "BifocalRoPE",
     "GeometricRoPE",
     "PerHeadSpectralRoPE",
     "SpectralFrequency",

@@ -309,3 +309,88 @@ class PerHeadSpectralRoPE(SpectralRoPE):
   def __init__(self, theta: float = 10_000.0, embedding_size: int | None = None, *,
                num_heads: int, **kwargs):
     super().__init__(theta, embedding_size, num_heads=num_heads, **kwargs)
+
+
+class BifocalRoPE(nnx.Module):
+  """Geometric eyes and spectral eyes in one rotary module.
+
+  `split="heads"`: the heads in `spectral_heads` (an int n = the last n heads,
+  or explicit indices; default half) get trainable per-head spectra, the
+  others keep the geometric one. `split="pairs"`: in every head, the
+  `spectral_pairs` lowest-frequency pairs (default half) are trainable
+  (per head), the high-frequency pairs stay geometric, keeping precise local
+  position. `frequencies()` is `[heads, pairs]` either way; the trainable
+  part, `log_frequency`, is `[spectral heads, spectral pairs]`.
+  """
+
+  def __init__(self, theta: float = 10_000.0, embedding_size: int | None = None, *,
+               num_heads: int, split: Literal["heads", "pairs"] = "heads",
+               spectral_heads: int | tuple[int, ...] | None = None,
+               spectral_pairs: int | None = None, rotary_fraction: float = 1.0,
+               layout: Layout = "half", init_frequencies: jax.Array | None = None):
+    if embedding_size is None:
+      raise ValueError("BifocalRoPE needs embedding_size (the head dimension)")
+    if not isinstance(num_heads, (int, np.integer)) or num_heads < 1:
+      raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+    self.theta = float(theta)
+    self.embedding_size = int(embedding_size)
+    self.rotary_dim = _check_rotary_dim(embedding_size, rotary_fraction)
+    self.layout = layout
+    self.num_heads = int(num_heads)
+    self.split = split
+    pairs = self.rotary_dim // 2
+    geometric = (geometric_frequencies(self.rotary_dim, self.theta)
+                 if init_frequencies is None else jnp.asarray(init_frequencies, jnp.float32))
+    if geometric.shape != (pairs,):
+      raise ValueError(f"init_frequencies must have shape ({pairs},), got {geometric.shape}")
+    if split == "heads":
+      if spectral_heads is None:
+        spectral_heads = num_heads // 2
+      if isinstance(spectral_heads, (int, np.integer)):
+        if not 0 < spectral_heads <= num_heads:
+          raise ValueError(
+              f"spectral_heads={spectral_heads} must be in [1, num_heads={num_heads}]")
+        spectral_heads = tuple(range(num_heads - spectral_heads, num_heads))
+      spectral_heads = tuple(sorted(int(h) for h in spectral_heads))
+      if (not spectral_heads or len(set(spectral_heads)) != len(spectral_heads)
+          or spectral_heads[0] < 0 or spectral_heads[-1] >= num_heads):
+        raise ValueError(
+            f"spectral_heads={spectral_heads} must be distinct head indices in [0, {num_heads})")
+      self.spectral_heads = spectral_heads
+      self.spectral_pairs = pairs
+      spectral_shape = (len(spectral_heads), pairs)
+    elif split == "pairs":
+      if spectral_pairs is None:
+        spectral_pairs = max(pairs // 2, 1)
+      if not 0 < spectral_pairs <= pairs:
+        raise ValueError(f"spectral_pairs={spectral_pairs} must be in [1, pairs={pairs}]")
+      self.spectral_heads = tuple(range(num_heads))
+      self.spectral_pairs = int(spectral_pairs)
+      spectral_shape = (num_heads, self.spectral_pairs)
+    else:
+      raise ValueError(f"split must be 'heads' or 'pairs', got {split!r}")
+    self.geometric = nnx.Variable(geometric)  # not an nnx.Param: never trained
+    init = jnp.log(geometric[pairs - spectral_shape[1]:])
+    self.log_frequency = SpectralFrequency(jnp.broadcast_to(init, spectral_shape))
+
+  def frequencies(self) -> jax.Array:
+    """Current angular frequencies, `[heads, pairs]`, float32."""
+    geometric = jax.lax.stop_gradient(self.geometric[...])
+    spectral = jnp.exp(self.log_frequency[...])
+    pairs = geometric.shape[0]
+    if self.split == "pairs":
+      fixed = jnp.broadcast_to(geometric[: pairs - self.spectral_pairs],
+                               (self.num_heads, pairs - self.spectral_pairs))
+      return jnp.concatenate([fixed, spectral], axis=-1)
+    geometric_heads = [h for h in range(self.num_heads) if h not in self.spectral_heads]
+    fixed = jnp.broadcast_to(geometric, (len(geometric_heads), pairs))
+    stacked = jnp.concatenate([fixed, spectral], axis=0)
+    # Static permutation back to head order.
+    order = np.argsort(np.asarray(geometric_heads + list(self.spectral_heads)))
+    return stacked[order]
+
+  def __call__(self, x: jax.Array, input_positions: jax.Array | None = None) -> jax.Array:
+    """`x: [..., seq, heads, head_dim]`."""
+    if input_positions is None:
+      input_positions = jnp.arange(x.shape[-3], dtype=jnp.int32)
+    return apply_rope(x, input_positions, self.frequencies(), layout=self.layout)
