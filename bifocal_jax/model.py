@@ -1,0 +1,172 @@
+"""A compact pre-LayerNorm transformer for the formal-language tasks.
+
+Token embedding, `num_layers` blocks of (LayerNorm -> attention -> residual,
+LayerNorm -> GELU MLP -> residual), a final LayerNorm and an untied output
+head. Causal (decoder, next-token) or bidirectional (encoder, Chomsky tasks
+with output positions). Positional treatment lives in `attention.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from bifocal_jax import attention as attention_lib
+from bifocal_jax import rope as rope_lib
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def default_model_config() -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(dict(
+      num_layers=2,
+      d_model=64,
+      num_heads=4,
+      head_dim=-1,       # -1: d_model // num_heads
+      mlp_dim=-1,        # -1: 4 * d_model
+      dtype="float32",   # compute dtype; parameters are float32
+  ))
+
+
+class LayerNorm(nnx.Module):
+
+  def __init__(self, dim: int, *, eps: float = 1e-6):
+    self.scale = nnx.Param(jnp.ones((dim,)), logical_axes=("embed",))
+    self.bias = nnx.Param(jnp.zeros((dim,)), logical_axes=("embed",))
+    self.eps = eps
+
+  def __call__(self, x):
+    x32 = x.astype(jnp.float32)
+    mean = x32.mean(-1, keepdims=True)
+    var = jnp.square(x32 - mean).mean(-1, keepdims=True)
+    y = (x32 - mean) * jax.lax.rsqrt(var + self.eps) * self.scale[...] + self.bias[...]
+    return y.astype(x.dtype)
+
+
+class Mlp(nnx.Module):
+
+  def __init__(self, d_model: int, mlp_dim: int, *, dtype, rngs: nnx.Rngs):
+    init = jax.nn.initializers.lecun_normal()
+    self.w_in_DxF = nnx.Param(init(rngs.params(), (d_model, mlp_dim)), logical_axes=("embed", "mlp"))
+    self.b_in_F = nnx.Param(jnp.zeros((mlp_dim,)), logical_axes=("mlp",))
+    self.w_out_FxD = nnx.Param(init(rngs.params(), (mlp_dim, d_model)), logical_axes=("mlp", "embed"))
+    self.b_out_D = nnx.Param(jnp.zeros((d_model,)), logical_axes=("embed",))
+    self.dtype = dtype
+
+  def __call__(self, x_BxLxD):
+    h = x_BxLxD @ self.w_in_DxF[...].astype(self.dtype) + self.b_in_F[...].astype(self.dtype)
+    h = jax.nn.gelu(h)
+    return h @ self.w_out_FxD[...].astype(self.dtype) + self.b_out_D[...].astype(self.dtype)
+
+
+class Block(nnx.Module):
+
+  def __init__(self, cfg: ml_collections.ConfigDict, position: ml_collections.ConfigDict, *,
+               causal: bool, dtype, rngs: nnx.Rngs):
+    d, heads, head_dim, mlp_dim = resolved_dims(cfg)
+    self.ln_attn = LayerNorm(d)
+    self.attn = attention_lib.Attention(d, heads, head_dim, position, causal=causal,
+                                        dtype=dtype, rngs=rngs)
+    self.ln_mlp = LayerNorm(d)
+    self.mlp = Mlp(d, mlp_dim, dtype=dtype, rngs=rngs)
+
+  def __call__(self, x_BxLxD, positions_BxL, valid_BxL):
+    x_BxLxD = x_BxLxD + self.attn(self.ln_attn(x_BxLxD), positions_BxL, valid_BxL)
+    return x_BxLxD + self.mlp(self.ln_mlp(x_BxLxD))
+
+
+def resolved_dims(cfg: ml_collections.ConfigDict) -> tuple[int, int, int, int]:
+  """(d_model, num_heads, head_dim, mlp_dim) with the -1 defaults filled in."""
+  for key in ("num_layers", "d_model", "num_heads"):
+    if int(cfg[key]) < 1:
+      raise ValueError(f"model.{key} must be a positive integer, got {cfg[key]!r}")
+  head_dim = cfg.head_dim if cfg.head_dim != -1 else cfg.d_model // cfg.num_heads
+  mlp_dim = cfg.mlp_dim if cfg.mlp_dim != -1 else 4 * cfg.d_model
+  if head_dim < 2 or head_dim % 2:
+    raise ValueError(f"model.head_dim must be a positive even integer, got {head_dim} "
+                     f"(d_model={cfg.d_model}, num_heads={cfg.num_heads})")
+  if mlp_dim < 1:
+    raise ValueError(f"model.mlp_dim must be positive, got {mlp_dim}")
+  return cfg.d_model, cfg.num_heads, head_dim, mlp_dim
+
+
+class Transformer(nnx.Module):
+  """`logits_BxLxV = model(tokens_BxL, valid_BxL, rng=...)`."""
+
+  def __init__(self, cfg: ml_collections.ConfigDict, position: ml_collections.ConfigDict, *,
+               vocab_size: int, causal: bool, rngs: nnx.Rngs):
+    if cfg.dtype not in DTYPES:
+      raise ValueError(f"model.dtype must be one of {tuple(DTYPES)}, got {cfg.dtype!r}")
+    d, _, _, _ = resolved_dims(cfg)
+    self.dtype = DTYPES[cfg.dtype]
+    self.vocab_size, self.causal = vocab_size, causal
+    self.position_kind = position.kind
+    self.max_position = int(position.max_position)
+    self.randomize_eval = bool(position.randomize_eval)
+    self.embed_VxD = nnx.Param(
+        jax.random.normal(rngs.params(), (vocab_size, d)) * d**-0.5, logical_axes=("vocab", "embed"))
+    self.blocks = nnx.List([Block(cfg, position, causal=causal, dtype=self.dtype, rngs=rngs)
+                            for _ in range(cfg.num_layers)])
+    self.ln_final = LayerNorm(d)
+    self.unembed_DxV = nnx.Param(
+        jax.nn.initializers.lecun_normal()(rngs.params(), (d, vocab_size)),
+        logical_axes=("embed", "vocab"))
+
+  def positions(self, shape: tuple[int, int], rng: jax.Array | None, train: bool) -> jax.Array:
+    """`0 .. L-1`, or randomized positions for `randomized_rope` when a key is given."""
+    randomize = self.position_kind == "randomized_rope" and (train or self.randomize_eval)
+    if randomize:
+      if rng is None:
+        raise ValueError("position.kind='randomized_rope' needs an rng to draw positions")
+      return rope_lib.randomized_positions(rng, shape, self.max_position)
+    return jnp.broadcast_to(jnp.arange(shape[1], dtype=jnp.int32), shape)
+
+  def __call__(self, tokens_BxL: jax.Array, valid_BxL: jax.Array | None = None, *,
+               positions_BxL: jax.Array | None = None, rng: jax.Array | None = None,
+               train: bool = False) -> jax.Array:
+    if positions_BxL is None:
+      positions_BxL = self.positions(tokens_BxL.shape, rng, train)
+    x_BxLxD = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(self.dtype)
+    for block in self.blocks:
+      x_BxLxD = block(x_BxLxD, positions_BxL, valid_BxL)
+    x_BxLxD = self.ln_final(x_BxLxD)
+    return (x_BxLxD @ self.unembed_DxV[...].astype(self.dtype)).astype(jnp.float32)
+
+
+def spectral_frequencies(model: nnx.Module) -> jax.Array | None:
+  """Current spectral frequencies as `[layers, heads, pairs]` (None without any).
+
+  Heads are the spectral heads (1 for a shared spectrum); pairs the spectral
+  pairs. This is what the training trajectory records.
+  """
+  per_layer = []
+  for block in model.blocks:
+    rope = block.attn.rope
+    log_frequency = getattr(rope, "log_frequency", None)
+    if isinstance(log_frequency, rope_lib.SpectralFrequency):
+      f = jnp.exp(log_frequency[...])
+      per_layer.append(f[None] if f.ndim == 1 else f)
+  if not per_layer:
+    return None
+  return jnp.stack(per_layer)
+
+
+def count_params(model: nnx.Module) -> int:
+  return int(sum(np.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param))))
+
+
+def flops_per_token(cfg: ml_collections.ConfigDict, *, vocab_size: int, seq_len: int) -> float:
+  """Training FLOPs per token (forward + backward = 3x forward), PaLM-style.
+
+  6 * (matmul parameters) + 12 * layers * seq_len * (heads * head_dim): the
+  second term is attention's QK^T and AV (not halved for causal masks).
+  """
+  d, heads, head_dim, mlp_dim = resolved_dims(cfg)
+  per_layer = d * 3 * heads * head_dim + heads * head_dim * d + 2 * d * mlp_dim
+  matmul_params = cfg.num_layers * per_layer + d * vocab_size
+  return 6.0 * matmul_params + 12.0 * cfg.num_layers * seq_len * heads * head_dim
