@@ -102,11 +102,11 @@ def check_positions(x_shape: tuple[int, ...], positions_shape: tuple[int, ...]) 
   batch, seq = tuple(x_shape[:-3]), x_shape[-3]
   ok = len(positions_shape) >= 1 and positions_shape[-1] == seq
   if ok:
+    # Broadcasting must leave the batch of x as it is (never widen it).
     try:
-      np.broadcast_shapes(tuple(positions_shape[:-1]), batch)
+      ok = np.broadcast_shapes(tuple(positions_shape[:-1]), batch) == batch
     except ValueError:
       ok = False
-    ok = ok and len(positions_shape) - 1 <= len(batch)
   if not ok:
     raise ValueError(
         f"positions has shape {tuple(positions_shape)}, which does not fit x of shape "
@@ -171,6 +171,8 @@ def randomized_positions(
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
   """ALiBi head slopes (Press et al., 2022), including the non-power-of-2 rule."""
+  if not isinstance(num_heads, (int, np.integer)) or num_heads < 1:
+    raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
   def pow2(n):
     start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
     return [start * start**i for i in range(n)]
@@ -341,8 +343,9 @@ class BifocalRoPE(nnx.Module):
     pairs = self.rotary_dim // 2
     geometric = (geometric_frequencies(self.rotary_dim, self.theta)
                  if init_frequencies is None else jnp.asarray(init_frequencies, jnp.float32))
-    if geometric.shape != (pairs,):
-      raise ValueError(f"init_frequencies must have shape ({pairs},), got {geometric.shape}")
+    if geometric.shape != (pairs,) or bool(jnp.any(geometric <= 0)):
+      raise ValueError(
+          f"init_frequencies must be positive with shape ({pairs},), got shape {geometric.shape}")
     if split == "heads":
       if spectral_heads is None:
         spectral_heads = num_heads // 2
