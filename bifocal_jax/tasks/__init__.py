@@ -1,0 +1,42 @@
+"""Tasks whose structure is recursive or periodic, split to test extrapolation.
+
+`get_task(config)` builds a task from its config (`default_task_config(name)`
+lists every key it accepts). Every task draws example `i` of split `s` from
+`(seed, s, i)` alone; see `base` for the interface and the batch layout,
+`dyck` and `chomsky` for the tasks, `external` for the published Dyck data,
+and `pipeline` (imported separately: it needs grain) for the input pipelines.
+"""
+
+import ml_collections
+
+from bifocal_jax.tasks import base, chomsky, dyck, external
+from bifocal_jax.tasks.base import Split, Task
+
+_TASKS = {dyck.NAME: dyck.Dyck, **{t.name: t for t in chomsky.TASKS}}
+TASK_NAMES = tuple(_TASKS)
+
+
+def default_task_config(name: str) -> ml_collections.ConfigDict:
+  """Every key task `name` accepts, with its defaults."""
+  if name == dyck.NAME:
+    return dyck.default_config()
+  if name == chomsky.ModularArithmeticBrackets.name:
+    return chomsky.default_arithmetic_config()
+  if name in _TASKS:
+    return chomsky.default_config(name)
+  raise ValueError(f"task name={name!r}: unknown, expected one of {TASK_NAMES}")
+
+
+def get_task(config: ml_collections.ConfigDict) -> Task:
+  """The task named by `config.name`, built from (and validating) `config`."""
+  name = base.get_key(config, "name")
+  if name not in _TASKS:
+    raise ValueError(f"task.name={name!r}: unknown, expected one of {TASK_NAMES}")
+  unknown = sorted(set(config) - set(default_task_config(name)))
+  if unknown:
+    raise ValueError(f"task.{unknown[0]}: not a key of task {name} "
+                     f"(keys: {sorted(default_task_config(name))})")
+  return _TASKS[name](config)
+
+
+__all__ = ["Split", "TASK_NAMES", "Task", "default_task_config", "external", "get_task"]

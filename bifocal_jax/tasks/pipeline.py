@@ -1,0 +1,136 @@
+"""Input pipelines (grain): sharded, bucketed training batches; evaluation walks.
+
+Training draws the *global* batch of step s from one shuffled sequence of
+example indices (each epoch a different permutation of the split, keyed by
+`seed` and the epoch) and gives process p the slice `[p*B, (p+1)*B)`: every process gets distinct examples, and P processes
+together see exactly the batches one process would. Each batch is padded to
+the smallest length bucket that holds the longest example of the global batch
+(so all processes agree on the shape, and the train step compiles once per
+bucket). Lengths are known without generating the examples
+(`Task.sequence_lengths`), so each process only generates its own rows.
+
+Both pipelines are grain datasets over steps (a step's indices are computed
+vectorised, not element by element through grain). The iterator of
+`train_dataset` is a grain `DatasetIterator`: its state (the next step) is saved and restored with `grain.checkpoint.CheckpointSave` /
+`CheckpointRestore`, or `get_state` / `set_state`.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Iterator, Sequence
+
+import grain
+import numpy as np
+
+from bifocal_jax.tasks import base
+
+# Generation holds the GIL only between numpy calls; two threads keep a few
+# batches ready while the train step runs.
+READ_OPTIONS = grain.ReadOptions(num_threads=2, prefetch_buffer_size=8)
+
+
+def length_buckets(max_length: int, min_bucket: int = 16) -> tuple[int, ...]:
+  """Powers of two from `min_bucket` below `max_length`, then `max_length` itself."""
+  if max_length < 1 or min_bucket < 1:
+    raise ValueError(f"length_buckets: max_length={max_length} and min_bucket={min_bucket} "
+                     "must be >= 1")
+  buckets = []
+  bucket = min_bucket
+  while bucket < max_length:
+    buckets.append(bucket)
+    bucket *= 2
+  return (*buckets, max_length)
+
+
+def check_buckets(buckets: Sequence[int], longest: int) -> tuple[int, ...]:
+  """`buckets` sorted, or a ValueError unless they are positive and hold `longest`."""
+  buckets = tuple(sorted(int(b) for b in buckets))
+  if not buckets or buckets[0] < 1 or buckets[-1] < longest:
+    raise ValueError(f"buckets={buckets}: need positive lengths, the largest >= {longest} "
+                     "(the longest sequence of the split)")
+  return buckets
+
+
+def _check_layout(batch_size: int, process_index: int, process_count: int):
+  if batch_size < 1:
+    raise ValueError(f"batch_size={batch_size}: must be >= 1")
+  if not 0 <= process_index < process_count:
+    raise ValueError(f"process_index={process_index}: must be in [0, process_count={process_count})")
+
+
+def split_dataset(task: base.Task, split: str) -> grain.MapDataset:
+  """The split as a grain MapDataset: element i is `task.example(split, i)`."""
+  return grain.MapDataset.range(task.split(split).size).map(
+      functools.partial(task.example, split))
+
+
+def _local_batch(task: base.Task, split: str, buckets: tuple[int, ...], batch_size: int,
+                 process_index: int, global_indices: np.ndarray) -> dict[str, np.ndarray]:
+  """This process's rows of a global batch of indices, padded to its bucket."""
+  longest = task.sequence_lengths(split, global_indices).max(initial=1)
+  width = buckets[np.searchsorted(buckets, longest)]
+  local = global_indices[process_index * batch_size : (process_index + 1) * batch_size]
+  if not local.size:
+    return base.empty_batch(batch_size, width)
+  return base.pad_rows(task.batch(split, local, width), batch_size)
+
+
+def train_indices(step: int, *, global_batch_size: int, size: int, seed: int) -> np.ndarray:
+  """Example indices of the global batch of `step`: positions of the endless
+  sequence that concatenates one permutation of [0, size) per epoch."""
+  positions = step * global_batch_size + np.arange(global_batch_size)
+  epochs, offsets = np.divmod(positions, size)
+  indices = np.empty_like(positions)
+  for epoch in np.unique(epochs).tolist():
+    here = epochs == epoch
+    indices[here] = base.permute(base.stream_key(seed, "shuffle", epoch), offsets[here], size)
+  return indices
+
+
+def train_dataset(task: base.Task, *, batch_size_per_process: int, seed: int,
+                  buckets: Sequence[int], process_index: int = 0, process_count: int = 1,
+                  start_step: int = 0) -> grain.IterDataset:
+  """Endless training batches of this process, from step `start_step` on.
+
+  Deterministic given `seed` (the order; the examples themselves come from
+  the task's seed) and the process layout.
+  """
+  _check_layout(batch_size_per_process, process_index, process_count)
+  if start_step < 0:
+    raise ValueError(f"start_step={start_step}: must be >= 0")
+  buckets = check_buckets(buckets, task.max_sequence_length("train"))
+  indices_of_step = functools.partial(
+      train_indices, global_batch_size=batch_size_per_process * process_count,
+      size=task.split("train").size, seed=seed)
+  local_batch = functools.partial(
+      _local_batch, task, "train", buckets, batch_size_per_process, process_index)
+  return (grain.MapDataset.range(start_step, sys.maxsize)
+          .map(lambda step: local_batch(indices_of_step(step)))
+          .to_iter_dataset(READ_OPTIONS))
+
+
+def eval_batches(task: base.Task, split: str, *, batch_size: int,
+                 buckets: Sequence[int] | None = None, num_examples: int | None = None,
+                 process_index: int = 0, process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
+  """The split's first `num_examples` (default: all) examples, once, in order.
+
+  `batch_size` is per process; global batch s holds examples
+  `[s*B*P, (s+1)*B*P)`, process p its slice p. Every batch has `batch_size`
+  rows (the last padded with invalid rows), and every process the same number
+  of batches.
+  """
+  _check_layout(batch_size, process_index, process_count)
+  spec = task.split(split)
+  num_examples = spec.size if num_examples is None else num_examples
+  if not 1 <= num_examples <= spec.size:
+    raise ValueError(f"num_examples={num_examples}: must be in [1, {spec.size}] for split {split!r}")
+  longest = task.max_sequence_length(split)
+  buckets = check_buckets(length_buckets(longest) if buckets is None else buckets, longest)
+  global_batch_size = batch_size * process_count
+  local_batch = functools.partial(_local_batch, task, split, buckets, batch_size, process_index)
+  steps = grain.MapDataset.range(-(-num_examples // global_batch_size))
+  return iter(steps.map(lambda step: local_batch(np.arange(
+      step * global_batch_size, min((step + 1) * global_batch_size, num_examples))
+  )).to_iter_dataset(READ_OPTIONS))
