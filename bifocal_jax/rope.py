@@ -217,6 +217,13 @@ def _check_rotary_dim(embedding_size: int, rotary_fraction: float = 1.0) -> int:
   return 2 * pairs
 
 
+def _any_nonpositive(frequencies: jax.Array) -> bool:
+  """Checks concrete values only: modules are also built under `jit`/`eval_shape`."""
+  if isinstance(frequencies, jax.core.Tracer):
+    return False
+  return bool(np.any(np.asarray(frequencies) <= 0))
+
+
 def _default_positions(x: jax.Array, input_positions) -> jax.Array:
   if input_positions is None:
     return jnp.arange(x.shape[-2], dtype=jnp.int32)
@@ -286,7 +293,7 @@ class SpectralRoPE(_RopeBase):
     if init_frequencies is None:
       init_frequencies = geometric_frequencies(self.rotary_dim, self.theta)
     init_frequencies = jnp.asarray(init_frequencies, jnp.float32)
-    if init_frequencies.shape[-1] != pairs or bool(jnp.any(init_frequencies <= 0)):
+    if init_frequencies.shape[-1] != pairs or _any_nonpositive(init_frequencies):
       raise ValueError(
           f"init_frequencies must be positive with {pairs} pairs, got shape {init_frequencies.shape}")
     shape = (pairs,) if num_heads is None else (num_heads, pairs)
@@ -343,7 +350,7 @@ class BifocalRoPE(nnx.Module):
     pairs = self.rotary_dim // 2
     geometric = (geometric_frequencies(self.rotary_dim, self.theta)
                  if init_frequencies is None else jnp.asarray(init_frequencies, jnp.float32))
-    if geometric.shape != (pairs,) or bool(jnp.any(geometric <= 0)):
+    if geometric.shape != (pairs,) or _any_nonpositive(geometric):
       raise ValueError(
           f"init_frequencies must be positive with shape ({pairs},), got shape {geometric.shape}")
     if split == "heads":

@@ -1,0 +1,124 @@
+"""Orbax checkpoints: training state, data iterator, trajectory and config.
+
+Layout of `WORKDIR/checkpoints/<step>/`:
+  state       the train state as a flat `{tree path: array}` dict, restored
+              onto whatever mesh the resuming run has (topology changes work);
+  data        the grain iterator state (one file per process);
+  trajectory  the recorded spectral frequencies so far (small numpy arrays),
+              readable without building a model (`analysis.load_trajectory`);
+  meta        step, process count and the resolved config (JSON).
+
+Restoring walks back from the newest step: a damaged checkpoint (a file
+missing or truncated) is reported with a warning naming it, and the next older
+one is used. If every checkpoint is damaged the run stops: it never restarts
+silently from scratch.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import grain
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
+
+
+class CheckpointError(RuntimeError):
+  pass
+
+
+def flatten(tree) -> dict[str, Any]:
+  """`{jax.tree_util.keystr(path): leaf}`: container types do not matter to Orbax."""
+  leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+  return {jax.tree_util.keystr(path): leaf for path, leaf in leaves}
+
+
+def unflatten(like, flat: dict[str, Any]):
+  """Inverse of `flatten`, onto the structure of `like`."""
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(like)
+  return jax.tree_util.tree_unflatten(treedef, [flat[jax.tree_util.keystr(p)] for p, _ in leaves])
+
+
+def checkpoint_dir(workdir: str) -> str:
+  return os.path.join(os.path.abspath(workdir), "checkpoints")
+
+
+class Checkpointer:
+  """A thin layer over `ocp.CheckpointManager` with damaged-checkpoint fallback."""
+
+  def __init__(self, workdir: str, *, save_every: int, keep: int, async_save: bool = True,
+               read_only: bool = False):
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep, save_interval_steps=save_every,
+        enable_async_checkpointing=async_save, create=not read_only, read_only=read_only)
+    self.directory = checkpoint_dir(workdir)
+    self.manager = ocp.CheckpointManager(self.directory, options=options)
+
+  def steps(self) -> list[int]:
+    return sorted(self.manager.all_steps())
+
+  def save(self, step: int, state, data_iterator, trajectory: dict[str, np.ndarray],
+           meta: dict, *, force: bool = False) -> bool:
+    args = dict(
+        state=ocp.args.StandardSave(flatten(state)),
+        trajectory=ocp.args.StandardSave(trajectory),
+        meta=ocp.args.JsonSave(meta))
+    if data_iterator is not None:
+      args["data"] = grain.checkpoint.CheckpointSave(data_iterator)
+    return self.manager.save(step, args=ocp.args.Composite(**args), force=force)
+
+  def reached_preemption(self, step: int) -> bool:
+    return self.manager.reached_preemption(step)
+
+  def restore_latest(self, abstract_state) -> tuple[int, Any, dict] | None:
+    """(step, state, meta) of the newest intact checkpoint; None if there is none."""
+    steps = self.steps()
+    damaged = []
+    for step in reversed(steps):
+      try:
+        restored = self.manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(flatten(abstract_state)),
+            meta=ocp.args.JsonRestore()))
+        state = unflatten(abstract_state, restored["state"])
+      except Exception as e:  # pylint: disable=broad-except
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        logging.warning("checkpoint %s/%d is damaged (%s); falling back to an older one",
+                        self.directory, step, why)
+        print(f"warning: checkpoint {self.directory}/{step} is damaged ({why}); "
+              "falling back to an older one", flush=True)
+        damaged.append(step)
+        continue
+      return step, state, dict(restored["meta"])
+    if damaged:
+      raise CheckpointError(
+          f"every checkpoint in {self.directory} is damaged (steps {damaged}); "
+          "refusing to restart from scratch: move the directory away to start over")
+    return None
+
+  def restore_data(self, step: int, data_iterator) -> bool:
+    """Restores the iterator state saved at `step`; False if not restorable here."""
+    try:
+      self.manager.restore(step, args=ocp.args.Composite(
+          data=grain.checkpoint.CheckpointRestore(data_iterator)))
+      return True
+    except Exception as e:  # pylint: disable=broad-except
+      logging.warning("data iterator state at step %d not restored (%s)", step, e)
+      return False
+
+  def restore_trajectory(self, step: int | None = None) -> dict[str, np.ndarray]:
+    steps = self.steps()
+    if not steps:
+      raise CheckpointError(f"no checkpoint in {self.directory}")
+    step = steps[-1] if step is None else step
+    restored = self.manager.restore(step, args=ocp.args.Composite(
+        trajectory=ocp.args.StandardRestore()))
+    return {k: np.asarray(v) for k, v in restored["trajectory"].items()}
+
+  def wait(self):
+    self.manager.wait_until_finished()
+
+  def close(self):
+    self.manager.close()

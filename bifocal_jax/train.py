@@ -1,0 +1,587 @@
+"""Training: `train_and_evaluate(config, workdir)`, the whole job as a function.
+
+Structure (read top to bottom):
+  build_model / TrainState    the model is split into a static graph, its
+                              parameters and its non-trainable constants; the
+                              train state is a plain pytree of arrays.
+  make_train_step             one jit-compiled step with explicit shardings and
+                              donated state: loss, grads, Spectral Evolution
+                              update, non-finite guard, trajectory record.
+  train_and_evaluate          the loop: resume, data, logging, evaluation,
+                              checkpoints, preemption.
+
+`train.py` at the top level is only flag parsing around this module, so
+notebooks call `train_and_evaluate` directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from absl import logging
+from flax import nnx
+
+from bifocal_jax import checkpoint as checkpoint_lib
+from bifocal_jax import config as config_lib
+from bifocal_jax import metrics as metrics_lib
+from bifocal_jax import model as model_lib
+from bifocal_jax import optim
+from bifocal_jax import sharding as sharding_lib
+from bifocal_jax import tasks
+from bifocal_jax.tasks import pipeline
+
+# Codes for the quantity that went non-finite (recorded on device).
+NONFINITE_WHAT = {1: "loss", 2: "gradient norm"}
+
+
+class NonFiniteError(FloatingPointError):
+  pass
+
+
+class WorkdirConflictError(ValueError):
+  pass
+
+
+# ----------------------------------------------------------------------------
+# Model and state.
+# ----------------------------------------------------------------------------
+
+
+def build_model(config: ml_collections.ConfigDict, task, *, seed: int | None = None):
+  return model_lib.Transformer(
+      config.model, config.position, vocab_size=task.vocab_size, causal=task.causal,
+      rngs=nnx.Rngs(config.seed if seed is None else seed))
+
+
+def trajectory_capacity(config) -> int:
+  """Records at step 0, every `record_every` steps, and at the last step."""
+  return config.steps // config.spectral.record_every + 2
+
+
+@dataclasses.dataclass
+class Setup:
+  """Everything static about a run: built once, before the loop."""
+  config: ml_collections.ConfigDict
+  task: Any
+  mesh: jax.sharding.Mesh
+  graphdef: Any
+  constants: Any            # non-trainable model Variables (e.g. ALiBi slopes)
+  tx: optax.GradientTransformation
+  schedules: dict[str, Callable]
+  state_shardings: Any
+  abstract_state: Any
+  has_spectral: bool
+
+
+def _spectral_of(graphdef, params, constants):
+  return model_lib.spectral_frequencies(nnx.merge(graphdef, params, constants))
+
+
+def init_state(config, task, mesh, tx, *, params_override=None):
+  """Builds the model and the initial train state directly onto the mesh."""
+  abstract_model = nnx.eval_shape(lambda: build_model(config, task))
+  graphdef, abstract_params, _ = nnx.split(abstract_model, nnx.Param, ...)
+  param_shardings = sharding_lib.param_shardings(abstract_params, mesh)
+  constants = nnx.split(build_model(config, task), nnx.Param, ...)[2]
+  constants = jax.device_put(constants, sharding_lib.replicated(mesh))
+
+  def make_params():
+    return nnx.split(build_model(config, task), nnx.Param, ...)[1]
+
+  if params_override is None:
+    params = jax.jit(make_params, out_shardings=param_shardings)()
+  else:
+    params = jax.device_put(params_override, param_shardings)
+
+  spectral0 = _spectral_of(graphdef, params, constants)
+  capacity = trajectory_capacity(config)
+  if spectral0 is None:
+    traj_freqs = jnp.zeros((capacity, 0, 0, 0), jnp.float32)
+  else:
+    traj_freqs = jnp.zeros((capacity,) + spectral0.shape, jnp.float32).at[0].set(spectral0)
+  rep = sharding_lib.replicated(mesh)
+  state = dict(
+      step=jnp.zeros((), jnp.int32),
+      params=params,
+      opt_state=jax.jit(tx.init)(params),
+      trajectory=dict(
+          frequencies=traj_freqs,
+          steps=jnp.zeros((capacity,), jnp.int32),
+          count=jnp.ones((), jnp.int32),
+          start=(jnp.zeros((0, 0, 0), jnp.float32) if spectral0 is None else spectral0)),
+      nonfinite=dict(step=jnp.full((), -1, jnp.int32), what=jnp.zeros((), jnp.int32)),
+  )
+  # Everything not already laid out on the mesh (scalars, trajectory) is replicated.
+  state = jax.tree.map(lambda x: x if _is_sharded(x, mesh) else jax.device_put(x, rep), state)
+  return graphdef, constants, state
+
+
+def _is_sharded(x, mesh) -> bool:
+  sharding = getattr(x, "sharding", None)
+  return isinstance(sharding, jax.sharding.NamedSharding) and sharding.mesh == mesh
+
+
+def setup(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, *, task=None,
+          params_override=None) -> tuple[Setup, Any]:
+  task = tasks.get_task(config.task) if task is None else task
+  tx, schedules = optim.default_optimizer(
+      learning_rate=config.learning_rate, weight_decay=config.weight_decay,
+      warmup_steps=config.warmup_steps, total_steps=max(config.steps, config.warmup_steps + 1),
+      spectral_learning_rate=config.spectral.learning_rate,
+      spectral_warmup_steps=config.spectral.warmup_steps,
+      spectral_freeze_steps=config.spectral.freeze_steps,
+      clip_norm=config.clip_norm, spectral_clip_norm=config.spectral.clip_norm)
+  graphdef, constants, state = init_state(config, task, mesh, tx, params_override=params_override)
+  state_shardings = jax.tree.map(lambda x: x.sharding, state)
+  abstract_state = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+  has_spectral = state["trajectory"]["frequencies"].shape[1] > 0
+  return Setup(config, task, mesh, graphdef, constants, tx, schedules, state_shardings,
+               abstract_state, has_spectral), state
+
+
+# ----------------------------------------------------------------------------
+# The train step.
+# ----------------------------------------------------------------------------
+
+
+def _grad_norms(grads) -> tuple[jax.Array, jax.Array]:
+  """Global norms of the base and of the spectral gradients."""
+  is_variable = lambda x: isinstance(x, nnx.Variable)
+  leaves = jax.tree.leaves(grads, is_leaf=is_variable)
+  labels = jax.tree.leaves(optim.spectral_labels(grads))
+  sums = {optim.BASE: jnp.zeros((), jnp.float32), optim.SPECTRAL: jnp.zeros((), jnp.float32)}
+  for leaf, label in zip(leaves, labels, strict=True):
+    value = leaf[...] if is_variable(leaf) else leaf
+    sums[label] = sums[label] + jnp.sum(jnp.square(value.astype(jnp.float32)))
+  return jnp.sqrt(sums[optim.BASE]), jnp.sqrt(sums[optim.SPECTRAL])
+
+
+def make_train_step(s: Setup):
+  """`state, metrics = train_step(state, batch)`, jit-compiled with shardings."""
+  config = s.config
+  nan_skip = config.nan_policy == "skip"
+  record_every = config.spectral.record_every
+  last_step = config.steps
+  base_key = jax.random.key(config.seed)
+
+  def loss_fn(params, batch, rng):
+    model = nnx.merge(s.graphdef, params, s.constants)
+    logits = model(batch["inputs"], batch["valid"], rng=rng, train=True)
+    loss, weight = metrics_lib.masked_cross_entropy(logits, batch["targets"], batch["mask"])
+    counts = metrics_lib.accuracy_counts(logits, batch["targets"], batch["mask"])
+    return loss, (weight, counts)
+
+  def train_step(state, batch):
+    step = state["step"]
+    rng = jax.random.fold_in(base_key, step)
+    (loss, (weight, counts)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state["params"], batch, rng)
+    grad_norm, spectral_grad_norm = _grad_norms(grads)
+    updates, opt_state = s.tx.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+
+    finite_loss = jnp.isfinite(loss)
+    finite_grads = jnp.isfinite(grad_norm) & jnp.isfinite(spectral_grad_norm)
+    finite = finite_loss & finite_grads
+    already_bad = state["nonfinite"]["step"] >= 0
+    # Under "error", the first non-finite step freezes the state for good (the
+    # host raises at its next check); under "skip", only that update is dropped.
+    keep_old = ~finite if nan_skip else (~finite | already_bad)
+    params = jax.tree.map(lambda o, n: jnp.where(keep_old, o, n), state["params"], params)
+    opt_state = jax.tree.map(lambda o, n: jnp.where(keep_old, o, n), state["opt_state"], opt_state)
+    first_bad = (~finite) & ~already_bad & (not nan_skip)
+    nonfinite = dict(
+        step=jnp.where(first_bad, step, state["nonfinite"]["step"]),
+        what=jnp.where(first_bad, jnp.where(finite_loss, 2, 1), state["nonfinite"]["what"]))
+    new_step = jnp.where(keep_old & ~jnp.asarray(nan_skip), step, step + 1)
+
+    trajectory = state["trajectory"]
+    if s.has_spectral:
+      record = (new_step % record_every == 0) | (new_step == last_step)
+      record = record & (new_step != step)
+      freqs = _spectral_of(s.graphdef, params, s.constants)
+      count = trajectory["count"]
+      trajectory = dict(
+          frequencies=jnp.where(
+              record, jax.lax.dynamic_update_index_in_dim(trajectory["frequencies"], freqs, count, 0),
+              trajectory["frequencies"]),
+          steps=jnp.where(
+              record, jax.lax.dynamic_update_index_in_dim(trajectory["steps"], new_step, count, 0),
+              trajectory["steps"]),
+          count=count + record.astype(jnp.int32),
+          start=trajectory["start"])
+      drift = jnp.abs(jnp.log(freqs) - jnp.log(trajectory["start"])).mean()
+    else:
+      drift = jnp.zeros((), jnp.float32)
+
+    new_state = dict(step=new_step, params=params, opt_state=opt_state,
+                     trajectory=trajectory, nonfinite=nonfinite)
+    metrics = dict(loss=loss, loss_weight=weight, grad_norm=grad_norm,
+                   spectral_grad_norm=spectral_grad_norm, spectral_drift=drift,
+                   token_correct=counts["token_correct"].sum(),
+                   token_total=counts["token_total"].sum(),
+                   skipped=(~finite).astype(jnp.int32))
+    return new_state, metrics
+
+  batch_sharding = sharding_lib.batch_sharding(s.mesh)
+  return jax.jit(
+      train_step,
+      in_shardings=(s.state_shardings, batch_sharding),
+      out_shardings=(s.state_shardings, sharding_lib.replicated(s.mesh)),
+      donate_argnums=(0,))
+
+
+def make_eval_step(s: Setup, *, close_ids=None):
+  """`counts = eval_step(params, batch, rng)`: per-example accuracy counts."""
+
+  def eval_step(params, batch, rng):
+    model = nnx.merge(s.graphdef, params, s.constants)
+    logits = model(batch["inputs"], batch["valid"], rng=rng, train=False)
+    loss, weight = metrics_lib.masked_cross_entropy(logits, batch["targets"], batch["mask"])
+    counts = metrics_lib.accuracy_counts(logits, batch["targets"], batch["mask"],
+                                         close_ids=close_ids)
+    counts["loss_sum"] = loss * weight
+    return counts
+
+  return jax.jit(eval_step)
+
+
+# ----------------------------------------------------------------------------
+# Host side helpers.
+# ----------------------------------------------------------------------------
+
+
+def to_global_batch(batch: dict, mesh) -> dict:
+  """Each process's local batch -> one global array per field, on the mesh."""
+  sharding = sharding_lib.batch_sharding(mesh)
+  fields = ("inputs", "targets", "mask", "valid")
+  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(batch[k])) for k in fields}
+
+
+def dyck_close_ids(task) -> tuple[int, ...] | None:
+  """Token ids of the closing brackets (for the 0.8-ratio metric), if Dyck."""
+  ids = getattr(task, "close_ids", None)
+  if ids is not None:
+    return tuple(int(i) for i in ids)
+  if task.name == "dyck":
+    k = int(task.config.k) if hasattr(task, "config") else 8
+    return tuple(range(k + 1, 2 * k + 1))
+  return None
+
+
+def evaluate_split(s: Setup, params, split: str, *, num_examples: int | None, batch_size: int,
+                   eval_step=None, batches=None) -> dict:
+  """Accuracy on one held-out split; counts summed on host in float64."""
+  close_ids = dyck_close_ids(s.task)
+  eval_step = eval_step or make_eval_step(s, close_ids=close_ids)
+  if batches is None:
+    batches = pipeline.eval_batches(
+        s.task, split, batch_size=batch_size, num_examples=num_examples,
+        process_index=jax.process_index(), process_count=jax.process_count())
+  totals: dict[str, float] = {}
+  rng = jax.random.key(s.config.seed + 1)
+  for batch in batches:
+    counts = eval_step(params, to_global_batch(batch, s.mesh), rng)
+    counts = jax.device_get(counts)
+    valid_rows = np.asarray(jax.device_get(
+        jax.make_array_from_process_local_data(
+            sharding_lib.batch_sharding(s.mesh), np.asarray(batch["valid"]).any(-1))))
+    for k, v in counts.items():
+      v = np.asarray(v, np.float64)
+      totals[k] = totals.get(k, 0.0) + float(v.sum() if v.ndim == 0 else v[valid_rows].sum())
+    correct_rows = counts["token_correct"] == counts["token_total"]
+    totals["seq_correct"] = totals.get("seq_correct", 0.0) + float(
+        (correct_rows & valid_rows).sum())
+    totals["seq_total"] = totals.get("seq_total", 0.0) + float(valid_rows.sum())
+  out = dict(
+      token_accuracy=totals.get("token_correct", 0.0) / max(totals.get("token_total", 0.0), 1.0),
+      sequence_accuracy=totals.get("seq_correct", 0.0) / max(totals.get("seq_total", 0.0), 1.0),
+      loss=totals.get("loss_sum", 0.0) / max(totals.get("token_total", 0.0), 1.0),
+      examples=int(totals.get("seq_total", 0)))
+  if "close_correct" in totals:
+    out["close_accuracy"] = totals["close_correct"] / max(totals["token_total"], 1.0)
+  return out
+
+
+class PreemptionGuard:
+  """Turns SIGTERM/SIGINT into a flag the loop checks between steps."""
+
+  def __init__(self):
+    self.signal = None
+    self._previous = {}
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      for sig in (signal.SIGTERM, signal.SIGINT):
+        self._previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def _handle(self, signum, frame):
+    del frame
+    if self.signal is not None:  # a second signal: stop now
+      raise KeyboardInterrupt
+    self.signal = signal.Signals(signum).name
+
+  def __exit__(self, *exc):
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+
+def config_to_json(config) -> dict:
+  return json.loads(config.to_json_best_effort())
+
+
+def _flatten_config(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    key = f"{prefix}{k}"
+    if isinstance(v, dict):
+      out.update(_flatten_config(v, key + "."))
+    else:
+      out[key] = v
+  return out
+
+
+def config_differences(old: dict, new: dict) -> list[str]:
+  """Keys (dotted) whose values differ, ignoring `config.RUNTIME_KEYS`."""
+  a, b = _flatten_config(old), _flatten_config(new)
+  diffs = []
+  for key in sorted(set(a) | set(b)):
+    if key.split(".")[0] in config_lib.RUNTIME_KEYS:
+      continue
+    if a.get(key, "<absent>") != b.get(key, "<absent>"):
+      diffs.append(f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}")
+  return diffs
+
+
+def check_workdir_config(workdir: str, config, *, overwrite: bool) -> None:
+  """Refuses a workdir holding a different experiment (unless `overwrite`)."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    return
+  try:
+    with open(path) as f:
+      old = json.load(f)
+  except (OSError, json.JSONDecodeError) as e:
+    raise WorkdirConflictError(f"{path} is unreadable ({e}); pass --overwrite to start over")
+  diffs = config_differences(old, config_to_json(config))
+  if not diffs:
+    return
+  if overwrite:
+    for name in ("checkpoints", "metrics.jsonl", "tensorboard", "eval", "config.json"):
+      target = os.path.join(workdir, name)
+      if os.path.isdir(target):
+        shutil.rmtree(target)
+      elif os.path.exists(target):
+        os.remove(target)
+    return
+  raise WorkdirConflictError(
+      f"{workdir} holds a run with a different config ({'; '.join(diffs)}); "
+      "use another --workdir, or pass --overwrite to replace it")
+
+
+def truncate_metrics(path: str, last_step: int) -> None:
+  """Drops records past `last_step` (steps redone after a resume), atomically."""
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    lines = [l for l in f if l.strip()]
+  kept = []
+  for line in lines:
+    try:
+      if json.loads(line)["step"] <= last_step:
+        kept.append(line)
+    except (json.JSONDecodeError, KeyError):
+      continue  # a line cut by a crash
+  if len(kept) != len(lines):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+      f.writelines(kept)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------
+# The loop.
+# ----------------------------------------------------------------------------
+
+
+def load_init_params(config, task, mesh):
+  """Params of `config.init_from` (a trained rope run) converted by surgery."""
+  from bifocal_jax import surgery  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(config.init_from, "config.json")) as f:
+    source_config = ml_collections.ConfigDict(json.load(f))
+  source = ml_collections.ConfigDict(config.to_dict())
+  source.position = source_config.position
+  source.model = source_config.model
+  src_setup, src_state = setup(source, mesh, task=task)
+  ckpt = checkpoint_lib.Checkpointer(config.init_from, save_every=1, keep=1, read_only=True)
+  restored = ckpt.restore_latest(src_setup.abstract_state)
+  ckpt.close()
+  if restored is None:
+    raise ValueError(f"config.init_from={config.init_from!r}: no checkpoint there")
+  model = nnx.merge(src_setup.graphdef, restored[1]["params"], src_setup.constants)
+  surgery.spectralize(model, per_head=config.spectral.per_head)
+  return nnx.state(model, nnx.Param)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+                       overwrite: bool = False) -> dict:
+  """Trains (resuming from `workdir` if it holds a checkpoint); returns final metrics."""
+  config_lib.validate(config, num_devices=jax.device_count(),
+                      num_processes=jax.process_count(), workdir=workdir)
+  is_main = jax.process_index() == 0
+  workdir = os.path.abspath(workdir)
+  check_workdir_config(workdir, config, overwrite=overwrite)
+  if is_main:
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      json.dump(config_to_json(config), f, indent=2, sort_keys=True)
+
+  mesh = sharding_lib.make_mesh(config.mesh)
+  task = tasks.get_task(config.task)
+  with jax.set_mesh(mesh):
+    return _run(config, workdir, mesh, task, is_main)
+
+
+def _run(config, workdir, mesh, task, is_main):
+  params_override = None
+  ckpt = checkpoint_lib.Checkpointer(
+      workdir, save_every=config.checkpoint_every, keep=config.keep_checkpoints,
+      async_save=config.async_checkpointing)
+  if config.init_from and not ckpt.steps():
+    params_override = load_init_params(config, task, mesh)
+  s, state = setup(config, mesh, task=task, params_override=params_override)
+  restored = ckpt.restore_latest(s.abstract_state)
+  buckets = tuple(config.buckets) or pipeline.length_buckets(task.max_sequence_length("train"))
+  local_batch = config.batch_size // jax.process_count()
+
+  def make_iterator(start_step: int):
+    ds = pipeline.train_dataset(
+        task, batch_size_per_process=local_batch, seed=config.seed, buckets=buckets,
+        process_index=jax.process_index(), process_count=jax.process_count(),
+        start_step=start_step)
+    return iter(ds)
+
+  start = 0
+  if restored is not None:
+    start, state, meta = restored
+    data_iter = make_iterator(0)
+    if meta.get("process_count") != jax.process_count() or not ckpt.restore_data(start, data_iter):
+      # Iterator state is tied to the process layout: rebuild at the step instead.
+      data_iter = make_iterator(start)
+    logging.info("resumed from step %d", start)
+    if is_main:
+      print(f"resuming {workdir} from step {start}", flush=True)
+  else:
+    data_iter = make_iterator(0)
+  if is_main:
+    truncate_metrics(os.path.join(workdir, "metrics.jsonl"), start)
+
+  train_step = make_train_step(s)
+  eval_step = make_eval_step(s, close_ids=dyck_close_ids(task))
+  writer = metrics_lib.MetricWriter(workdir, enabled=is_main)
+  meta = dict(process_count=jax.process_count(), config=config_to_json(config))
+
+  def trajectory_numpy(st):
+    t = jax.device_get(st["trajectory"])
+    n = int(t["count"])
+    return dict(steps=np.asarray(t["steps"][:n]), frequencies=np.asarray(t["frequencies"][:n]))
+
+  def check_finite(st):
+    bad = jax.device_get(st["nonfinite"])
+    if int(bad["step"]) >= 0:
+      raise NonFiniteError(
+          f"non-finite {NONFINITE_WHAT[int(bad['what'])]} at step {int(bad['step'])}; "
+          f"stopped, the last good checkpoint is kept (set config.nan_policy='skip' to drop "
+          f"such updates instead)")
+
+  def save(st, step, force=False):
+    check_finite(st)
+    ckpt.save(step, st, data_iter, trajectory_numpy(st), dict(meta, step=step), force=force)
+
+  seq_len = buckets[-1]
+  flops_per_step = model_lib.flops_per_token(
+      config.model, vocab_size=task.vocab_size, seq_len=seq_len) * config.batch_size * seq_len
+  bar = _progress(config, start, is_main)
+  summary: dict = {}
+  window_t, window_steps, window_tokens = time.perf_counter(), 0, 0
+  acc = None
+  step = start
+  with PreemptionGuard() as guard:
+    try:
+      while step < config.steps:
+        batch = next(data_iter)
+        state, m = train_step(state, to_global_batch(batch, mesh))
+        step += 1
+        window_steps += 1
+        window_tokens += int(np.asarray(batch["valid"]).sum()) * jax.process_count()
+        acc = m if acc is None else jax.tree.map(jnp.add, acc, m)
+        if step % config.log_every == 0 or step == config.steps:
+          acc = jax.device_get(acc)
+          dt = time.perf_counter() - window_t
+          summary = dict(
+              loss=float(acc["loss"]) / window_steps,
+              accuracy=float(acc["token_correct"]) / max(float(acc["token_total"]), 1.0),
+              grad_norm=float(acc["grad_norm"]) / window_steps,
+              spectral_grad_norm=float(acc["spectral_grad_norm"]) / window_steps,
+              spectral_drift=float(m["spectral_drift"]),
+              learning_rate=float(s.schedules["learning_rate"](step - 1)),
+              spectral_learning_rate=float(s.schedules["spectral_learning_rate"](step - 1)),
+              skipped_steps=int(acc["skipped"]),
+              steps_per_sec=window_steps / dt,
+              tokens_per_sec=window_tokens / dt)
+          if config.peak_flops > 0:
+            summary["mfu"] = flops_per_step * window_steps / dt / config.peak_flops
+          if step % config.eval_every == 0 or step == config.steps:
+            valid = evaluate_split(s, state["params"], "valid", num_examples=config.eval_examples,
+                                   batch_size=config.eval_batch_size, eval_step=eval_step)
+            summary.update({f"valid_{k}": v for k, v in valid.items() if k != "examples"})
+          writer.write(step, summary)
+          if bar is not None:
+            bar.set_postfix(loss=f"{summary['loss']:.4f}", tok_s=f"{summary['tokens_per_sec']:.0f}")
+          check_finite(state)
+          acc = None
+          window_t, window_steps, window_tokens = time.perf_counter(), 0, 0
+        if bar is not None:
+          bar.update(1)
+        if step % config.checkpoint_every == 0:
+          save(state, step)
+        if guard.signal is not None or ckpt.reached_preemption(step):
+          save(state, step, force=True)
+          ckpt.wait()
+          msg = f"preempted ({guard.signal or 'preemption notice'}): saved step {step} in {workdir}; re-run the same command to resume"
+          logging.warning(msg)
+          if is_main:
+            print(msg, flush=True)
+          summary["preempted_at"] = step
+          return summary
+      if step not in ckpt.steps():
+        save(state, step, force=True)
+      ckpt.wait()
+    finally:
+      if bar is not None:
+        bar.close()
+      writer.close()
+      ckpt.close()
+  summary["step"] = step
+  return summary
+
+
+def _progress(config, start, is_main):
+  if not (is_main and config.progress_bar):
+    return None
+  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+  return tqdm(total=config.steps, initial=start, desc="train", dynamic_ncols=True)
