@@ -49,12 +49,11 @@ class RotaryAttention(nnx.Module):
     self.func = func
     self.keywords = dict(keywords or {})
 
-  def __call__(self, query, key, value, *, input_positions=None, **kwargs):
+  def __call__(self, query, key, value, **kwargs):
     kwargs = self.keywords | kwargs
     if self.func is not nnx.dot_product_attention_with_rope:
-      if input_positions is not None:
-        kwargs["input_positions"] = input_positions
       return self.func(query, key, value, rope=self.rope, **kwargs)
+    input_positions = kwargs.pop("input_positions", None)
     query = self._rotate(query, input_positions)
     key = self._rotate(key, input_positions)
     return nnx.dot_product_attention(query, key, value, **kwargs)

@@ -203,3 +203,31 @@ def test_errors_are_clear():
     surgery.spectralize(DocStack(nnx.Rngs(0)), split="layers")
   with pytest.raises(ValueError, match="tuple"):
     surgery.spectralize(nnx.Dict(t=nnx.data((nnx.RoPE(embedding_size=4, max_seq_len=4),))))
+
+
+def test_custom_attention_function_gets_the_spectral_rope():
+  def my_attention(query, key, value, *, rope, **kwargs):
+    rotate = jax.vmap(rope, in_axes=-2, out_axes=-2)
+    return nnx.dot_product_attention(rotate(query), rotate(key), value, **kwargs)
+
+  rngs = nnx.Rngs(0)
+  model = nnx.MultiHeadAttention(
+      num_heads=HEADS, in_features=FEATURES, decode=False, rngs=rngs,
+      attention_fn=functools.partial(my_attention, rope=GeometricRoPE(10.0, HEAD_DIM)))
+  x = _x()
+  before = model(x)
+  with pytest.raises(ValueError, match="dot_product_attention_with_rope"):
+    surgery.spectralize(model, per_head=True)
+  assert surgery.spectralize(model) == 1
+  np.testing.assert_allclose(model(x), before, atol=1e-5, rtol=1e-5)
+  assert model.attention_fn.func is my_attention
+  assert len(_frequencies(model)) == 1
+
+
+def test_rotary_attention_positions_are_relative():
+  q, k, v = jax.random.normal(jax.random.key(2), (3, 1, SEQ, HEADS, HEAD_DIM))
+  attend = surgery.RotaryAttention(SpectralRoPE(10.0, HEAD_DIM, num_heads=HEADS))
+  out = attend(q, k, v)
+  np.testing.assert_allclose(attend(q, k, v, input_positions=jnp.arange(SEQ) + 11), out,
+                             atol=1e-5)
+  assert not np.allclose(attend(q, k, v, input_positions=2 * jnp.arange(SEQ)), out, atol=1e-3)
