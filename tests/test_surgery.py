@@ -189,6 +189,12 @@ def test_filter_chooses_which_ropes():
   assert isinstance(model.ours.rope, SpectralRoPE)
 
 
+def test_sizeless_rope_in_attention_partial_takes_the_head_dim():
+  model = _mha(nnx.RoPE(theta=50.0), nnx.Rngs(0))
+  assert surgery.spectralize(model) == 1
+  assert (model.attention_fn.rope.embedding_size, model.attention_fn.rope.theta) == (HEAD_DIM, 50.0)
+
+
 def test_errors_are_clear():
   with pytest.raises(ValueError, match="no nnx.RoPE or GeometricRoPE"):
     surgery.spectralize(nnx.Linear(2, 2, rngs=nnx.Rngs(0)))
