@@ -373,7 +373,7 @@ TASKS = (ParityCheck, CycleNavigation, ReverseString, OddsFirst, MissingDuplicat
 
 
 def default_arithmetic_config() -> ml_collections.ConfigDict:
-  """`d_train` links the depth bounds (override it alone): test_depth is d_train+1..+3."""
+  """Depth bounds linked to `d_train` (setting one moves all): test_depth is d_train+1..+3."""
   c = default_config(ModularArithmeticBrackets.name)
   c.d_train = 3
   d = c.get_ref("d_train")

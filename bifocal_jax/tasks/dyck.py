@@ -41,7 +41,11 @@ SPLITS = ("train", "valid", "test_length", "test_depth")
 
 
 def default_config() -> ml_collections.ConfigDict:
-  """Dyck-(8, 5), sized for a CPU demo; `m` links the depth bounds (override it alone)."""
+  """Dyck-(8, 5), sized for a CPU demo.
+
+  The depth bounds are linked to `m` (ml_collections references): setting `m`,
+  or any of them, moves them all (test_depth stays m+1..2m).
+  """
   c = ml_collections.ConfigDict()
   c.name = NAME
   c.seed = 0
