@@ -27,7 +27,6 @@ import numpy as np
 
 PAD = "<pad>"
 PAD_ID = 0
-SPLIT_KEYS = ("min_length", "max_length", "min_depth", "max_depth", "size")
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -56,10 +55,15 @@ def stream_key(*parts: int | str) -> int:
   return key
 
 
+def _example_hashes(key: int, indices: np.ndarray) -> np.ndarray:
+  """uint64[B]: one hash per example index in stream `key`."""
+  indices = np.asarray(indices, np.int64).astype(np.uint64)
+  return _mix64(_mix64(indices * np.uint64(_GOLDEN) + np.uint64(key)))
+
+
 def uniforms(key: int, indices: np.ndarray, num: int) -> np.ndarray:
   """float64[B, num] in [0, 1): draw `j` of example `indices[b]` in stream `key`."""
-  indices = np.asarray(indices, np.int64).astype(np.uint64)
-  base = _mix64(_mix64(indices * np.uint64(_GOLDEN) + np.uint64(key)))
+  base = _example_hashes(key, indices)
   counters = np.arange(1, num + 1, dtype=np.uint64) * np.uint64(_GOLDEN)
   bits = _mix64(base[:, None] + counters[None, :])
   return (bits >> np.uint64(11)).astype(np.float64) * 2.0**-53
@@ -67,8 +71,7 @@ def uniforms(key: int, indices: np.ndarray, num: int) -> np.ndarray:
 
 def example_rngs(key: int, indices: np.ndarray) -> list[random.Random]:
   """One Python generator per example, for sequential sampling in stream `key`."""
-  seeds = _mix64(_mix64(np.asarray(indices, np.int64).astype(np.uint64) + np.uint64(key)))
-  return [random.Random(seed) for seed in seeds.tolist()]
+  return [random.Random(seed) for seed in _example_hashes(key, indices).tolist()]
 
 
 def permute(key: int, positions: np.ndarray, size: int) -> np.ndarray:

@@ -46,13 +46,13 @@ class ChomskyTask(base.Task):
   causal = False
   input_symbols: tuple[str, ...]
   output_symbols: tuple[str, ...]
-  split_names_ = ("train", "valid", "test_length")
+  SPLITS = ("train", "valid", "test_length")
   has_depth = False
 
   def __init__(self, config: ml_collections.ConfigDict):
     splits = {name: base.parse_split(config, name, has_depth=self.has_depth,
                                      stratified=name == "test_depth")
-              for name in self.split_names_}
+              for name in self.SPLITS}
     for spec in splits.values():
       first, last, _ = self._length_grid(spec, spec.max_depth if spec.stratified else spec.min_depth)
       if first > last:
@@ -134,7 +134,7 @@ class ParityCheck(ChomskyTask):
 
   @staticmethod
   def output_length(n):
-    return 1 + 0 * n
+    return np.ones_like(n)
 
   def sample(self, rng, n, min_depth, max_depth):
     bits = _bits(rng, n)
@@ -151,7 +151,7 @@ class CycleNavigation(ChomskyTask):
 
   @staticmethod
   def output_length(n):
-    return 1 + 0 * n
+    return np.ones_like(n)
 
   def sample(self, rng, n, min_depth, max_depth):
     moves = [rng.randrange(3) for _ in range(n)]  # symbol i moves by i - 1.
@@ -200,7 +200,7 @@ class MissingDuplicateString(ChomskyTask):
 
   @staticmethod
   def output_length(n):
-    return 1 + 0 * n
+    return np.ones_like(n)
 
   def _length_grid(self, spec, depth):
     first = max(2, spec.min_length + spec.min_length % 2)
@@ -256,7 +256,7 @@ class ModularArithmeticBrackets(ChomskyTask):
   name = "modular_arithmetic_brackets"
   input_symbols = (*DIGITS, *OPERATORS, "(", ")")
   output_symbols = DIGITS
-  split_names_ = ("train", "valid", "test_length", "test_depth")
+  SPLITS = ("train", "valid", "test_length", "test_depth")
   has_depth = True
   bracket_probability = 0.25  # of each operand beside the spine (depth permitting).
 
@@ -270,7 +270,7 @@ class ModularArithmeticBrackets(ChomskyTask):
 
   @staticmethod
   def output_length(n):
-    return 1 + 0 * n
+    return np.ones_like(n)
 
   def _length_grid(self, spec, depth):
     return max(spec.min_length, 2 * depth + 1), spec.max_length, 1

@@ -243,20 +243,21 @@ class Dyck(base.Task):
     stratum, pairs = self._stratum_and_pairs(split, indices)
     steps = 2 * pairs
     up, kind = self._walk(split, indices, stratum, steps)
+    num_steps = up.shape[1]
     is_open = up  # steps past the end have p = 0: never up.
-    is_close = ~up & (np.arange(up.shape[1]) < steps[:, None])
-    height = np.cumsum(is_open.astype(np.int32) - is_close, axis=1)
-    top = stack_tops(is_open, height)
+    is_close = ~up & (np.arange(num_steps) < steps[:, None])
+    # Stack heights and tops over all `width` positions (END and padding: empty).
+    height = np.zeros((len(indices), width), np.int32)
+    height[:, :num_steps] = np.cumsum(is_open.astype(np.int32) - is_close, axis=1)
+    top = np.full((len(indices), width), -1, np.int64)
+    top[:, :num_steps] = stack_tops(is_open, height[:, :num_steps])
     # A closing bracket closes the stack's top before its step.
     tokens = np.zeros((len(indices), width), np.int32)
-    tokens[:, : up.shape[1]] = np.where(is_open, 1 + kind, 0)
-    top_before = np.pad(top[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
-    closing = self.k + np.take_along_axis(tokens, np.maximum(top_before, 0), axis=1)
-    tokens[:, : up.shape[1]] = np.where(is_close, closing, tokens[:, : up.shape[1]])
+    tokens[:, :num_steps] = np.where(is_open, 1 + kind, 0)
+    top_before = np.maximum(top[:, : num_steps - 1], 0)
+    closing = self.k + np.take_along_axis(tokens, top_before, axis=1)
+    tokens[:, 1:num_steps] = np.where(is_close[:, 1:], closing, tokens[:, 1:num_steps])
     tokens[np.arange(len(indices)), steps] = self.end_id
-    # The END position and padding: stack empty, no label.
-    height = np.pad(height, ((0, 0), (0, width - height.shape[1])))
-    top = np.pad(top, ((0, 0), (0, width - top.shape[1])), constant_values=-1)
     targets, mask, depth = _targets(tokens, height, top, self.k)
     return dict(inputs=tokens, targets=targets, mask=mask,
                 valid=np.arange(width) < (steps + 1)[:, None],
