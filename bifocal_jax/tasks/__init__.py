@@ -32,11 +32,17 @@ def get_task(config: ml_collections.ConfigDict) -> Task:
   name = base.get_key(config, "name")
   if name not in _TASKS:
     raise ValueError(f"task.name={name!r}: unknown, expected one of {TASK_NAMES}")
-  unknown = sorted(set(config) - set(default_task_config(name)))
-  if unknown:
-    raise ValueError(f"task.{unknown[0]}: not a key of task {name} "
-                     f"(keys: {sorted(default_task_config(name))})")
+  _check_keys(config, default_task_config(name), "task")
   return _TASKS[name](config)
+
+
+def _check_keys(config, defaults, prefix: str):
+  """A ValueError naming the first key of `config` (nested) that `defaults` lacks."""
+  for key in config:
+    if key not in defaults:
+      raise ValueError(f"{prefix}.{key}: not a key of this task (keys: {sorted(defaults)})")
+    if isinstance(defaults[key], ml_collections.ConfigDict):
+      _check_keys(config[key], defaults[key], f"{prefix}.{key}")
 
 
 __all__ = ["Split", "TASK_NAMES", "Task", "default_task_config", "external", "get_task"]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
 import random
 import zlib
 from collections.abc import Sequence
@@ -214,6 +213,7 @@ class Task(abc.ABC):
       raise ValueError(f"{self.name}: vocabulary must start with {PAD} and be unique: {self.vocab}")
     self.token_ids = {token: i for i, token in enumerate(self.vocab)}
     self._splits = {s.name: s for s in splits}
+    self._keys: dict[tuple[str, str], int] = {}
 
   @property
   def vocab_size(self) -> int:
@@ -228,10 +228,11 @@ class Task(abc.ABC):
       raise ValueError(f"split={name!r}: task {self.name} has splits {self.split_names}")
     return self._splits[name]
 
-  @functools.cache
   def key(self, split: str, stream: str) -> int:
     """The key of one random stream of one split."""
-    return stream_key(self.seed, self.name, split, stream)
+    if (split, stream) not in self._keys:
+      self._keys[split, stream] = stream_key(self.seed, self.name, split, stream)
+    return self._keys[split, stream]
 
   @abc.abstractmethod
   def max_sequence_length(self, split: str) -> int:

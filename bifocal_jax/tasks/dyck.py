@@ -171,6 +171,7 @@ class Dyck(base.Task):
     base.check_extrapolation(splits)
     super().__init__(config, bracket_vocab(self.k), splits.values())
     self.end_id = 2 * self.k + 1
+    self._chains = {}
 
   @property
   def close_ids(self) -> tuple[int, ...]:
@@ -201,13 +202,17 @@ class Dyck(base.Task):
   def max_sequence_length(self, split: str) -> int:
     return 2 * self._pairs_range(self.split(split), 0)[1] + 1
 
-  @functools.cache
   def _walk_chain(self, split: str):
     """The walk as one flat Markov chain over z = (stratum, steps left, state).
 
     Returns `p_up[z]`, `successor[2 * z + went_up]` and, per stratum, the z of
-    its start state with zero steps left (add `steps * num_states`).
+    its start state with zero steps left (add `steps * num_states`). Cached.
     """
+    if split not in self._chains:
+      self._chains[split] = self._build_walk_chain(split)
+    return self._chains[split]
+
+  def _build_walk_chain(self, split: str):
     spec = self.split(split)
     strata = self._strata(spec)
     max_steps = 2 * self._pairs_range(spec, 0)[1]
