@@ -79,11 +79,12 @@ class Attention(nnx.Module):
 
   def __init__(self, d_model: int, num_heads: int, head_dim: int,
                position: ml_collections.ConfigDict, *, causal: bool,
-               dtype: Any = jnp.float32, rngs: nnx.Rngs):
+               dtype: Any = jnp.float32, query_chunk: int = 1024, rngs: nnx.Rngs):
     if head_dim % 2:
       raise ValueError(f"head_dim must be even for rotary embeddings, got {head_dim}")
     self.num_heads, self.head_dim, self.causal, self.dtype = num_heads, head_dim, causal, dtype
     self.kind = position.kind
+    self.query_chunk = query_chunk
     init = jax.nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2, 3))
     self.qkv_DxTxHxK = nnx.Param(
         init(rngs.params(), (d_model, 3, num_heads, head_dim)),
@@ -101,14 +102,76 @@ class Attention(nnx.Module):
                valid_BxL: jax.Array | None = None) -> jax.Array:
     qkv = jnp.einsum("bld,dthk->tblhk", x_BxLxD, self.qkv_DxTxHxK[...].astype(self.dtype))
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = qkv[0], qkv[1], qkv[2]
+    rope_lib.check_positions(q_BxLxHxK.shape, positions_BxL.shape)
     if self.rope is not None:
       cos, sin = rope_lib.rotary_cos_sin(positions_BxL, self.rope.frequencies())
       q_BxLxHxK = rope_lib.rotate(q_BxLxHxK, cos, sin, self.rope.layout)
       k_BxLxHxK = rope_lib.rotate(k_BxLxHxK, cos, sin, self.rope.layout)
-    bias = None
-    if self.alibi_slopes is not None:
-      bias = rope_lib.alibi_bias(positions_BxL, positions_BxL, self.alibi_slopes[...]).astype(self.dtype)
-    mask = None if valid_BxL is None else valid_BxL[:, None, None, :]
-    out_BxLxHxK = jax.nn.dot_product_attention(
-        q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, bias=bias, mask=mask, is_causal=self.causal)
+    slopes = None if self.alibi_slopes is None else self.alibi_slopes[...]
+    out_BxLxHxK = attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL,
+                         causal=self.causal, alibi_slopes=slopes, query_chunk=self.query_chunk)
     return jnp.einsum("blhk,hkd->bld", out_BxLxHxK, self.out_HxKxD[...].astype(self.dtype))
+
+
+def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, causal: bool,
+           alibi_slopes=None, query_chunk: int = 1024):
+  """Softmax attention with causal/padding masks and optional ALiBi biases.
+
+  On GPU/TPU this is `jax.nn.dot_product_attention` (cuDNN's fused kernel
+  where it applies). On CPU, XLA's lowering of that function is 2-3x slower
+  than two einsums and a float32 softmax, so we use the einsums there; for
+  sequences longer than `query_chunk` the queries are processed in chunks,
+  so the score memory is `chunk x L` per head instead of `L x L`.
+  """
+  if jax.default_backend() != "cpu":
+    bias = None
+    if alibi_slopes is not None:
+      bias = rope_lib.alibi_bias(positions_BxL, positions_BxL, alibi_slopes).astype(q_BxLxHxK.dtype)
+    mask = None if valid_BxL is None else valid_BxL[:, None, None, :]
+    implementation = "cudnn" if _cudnn_applies(q_BxLxHxK, bias) else None
+    return jax.nn.dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, bias=bias, mask=mask,
+                                        is_causal=causal, implementation=implementation)
+  length = q_BxLxHxK.shape[1]
+  if length <= query_chunk:
+    return _attend_block(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, 0, positions_BxL, positions_BxL,
+                         valid_BxL, causal, alibi_slopes)
+  num_chunks = -(-length // query_chunk)
+  pad = num_chunks * query_chunk - length
+  q_pad = jnp.pad(q_BxLxHxK, ((0, 0), (0, pad), (0, 0), (0, 0)))
+  pos_pad = jnp.pad(positions_BxL, ((0, 0), (0, pad)))
+  b, _, h, k = q_BxLxHxK.shape
+  q_chunks = q_pad.reshape(b, num_chunks, query_chunk, h, k).swapaxes(0, 1)
+  pos_chunks = pos_pad.reshape(b, num_chunks, query_chunk).swapaxes(0, 1)
+
+  def one(args):
+    index, q_c, pos_c = args
+    return _attend_block(q_c, k_BxLxHxK, v_BxLxHxK, index * query_chunk, pos_c, positions_BxL,
+                         valid_BxL, causal, alibi_slopes)
+
+  out = jax.lax.map(one, (jnp.arange(num_chunks), q_chunks, pos_chunks))
+  return out.swapaxes(0, 1).reshape(b, num_chunks * query_chunk, h, -1)[:, :length]
+
+
+def _attend_block(q_BxQxHxK, k_BxSxHxK, v_BxSxHxK, q_offset, q_pos_BxQ, k_pos_BxS, valid_BxS,
+                  causal, alibi_slopes):
+  scale = q_BxQxHxK.shape[-1] ** -0.5
+  scores = jnp.einsum("bqhk,bshk->bhqs", q_BxQxHxK, k_BxSxHxK,
+                      preferred_element_type=jnp.float32) * scale
+  if alibi_slopes is not None:
+    scores = scores + rope_lib.alibi_bias(q_pos_BxQ, k_pos_BxS, alibi_slopes)
+  q_len, k_len = q_BxQxHxK.shape[1], k_BxSxHxK.shape[1]
+  mask = jnp.ones((1, 1, q_len, k_len), bool)
+  if causal:  # by index, not position: randomized positions keep the order
+    q_index = q_offset + jnp.arange(q_len)
+    mask = mask & (q_index[:, None] >= jnp.arange(k_len)[None, :])[None, None]
+  if valid_BxS is not None:
+    mask = mask & valid_BxS[:, None, None, :]
+  scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(scores, axis=-1).astype(v_BxSxHxK.dtype)
+  return jnp.einsum("bhqs,bshk->bqhk", probs, v_BxSxHxK)
+
+
+def _cudnn_applies(q, bias) -> bool:
+  """cuDNN's fused attention: GPU, half precision, head_dim a multiple of 8."""
+  return (jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)
+          and q.shape[-1] % 8 == 0 and q.shape[-1] <= 128 and bias is None)
