@@ -20,3 +20,9 @@ def test_snippet_runs_and_ends_with_per_head_spectral_frequencies(name):
   np.testing.assert_allclose(frequencies, np.broadcast_to(geometric_frequencies(16), (2, 8)),
                              rtol=1e-6)
   assert np.isfinite(float(namespace["loss"]))
+
+
+@pytest.mark.parametrize("name", ["nnx.py", "linen.py"])
+def test_readme_shows_the_tested_snippet_verbatim(name):
+  readme = (SNIPPETS.parent.parent / "README.md").read_text()
+  assert (SNIPPETS / name).read_text().strip() in readme
