@@ -1,0 +1,15 @@
+r"""Chomsky-hierarchy task `cycle_navigation` (Deletang et al., ICLR 2023; our code).
+
+  python train.py --config configs/cycle_navigation.py --workdir runs/cycle_navigation
+  python train.py --config configs/cycle_navigation.py:tiny --workdir /tmp/cycle_navigation_tiny
+  python train.py --config configs/cycle_navigation.py:paper --workdir runs/cycle_navigation_paper
+
+Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
+8 heads, batch 128; for an accelerator). See `bifocal_jax.config.chomsky_config`.
+"""
+
+from bifocal_jax import config as config_lib
+
+
+def get_config(arg=None):
+  return config_lib.chomsky_config("cycle_navigation", arg)

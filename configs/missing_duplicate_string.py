@@ -1,0 +1,15 @@
+r"""Chomsky-hierarchy task `missing_duplicate_string` (Deletang et al., ICLR 2023; our code).
+
+  python train.py --config configs/missing_duplicate_string.py --workdir runs/missing_duplicate_string
+  python train.py --config configs/missing_duplicate_string.py:tiny --workdir /tmp/missing_duplicate_string_tiny
+  python train.py --config configs/missing_duplicate_string.py:paper --workdir runs/missing_duplicate_string_paper
+
+Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
+8 heads, batch 128; for an accelerator). See `bifocal_jax.config.chomsky_config`.
+"""
+
+from bifocal_jax import config as config_lib
+
+
+def get_config(arg=None):
+  return config_lib.chomsky_config("missing_duplicate_string", arg)

@@ -1,0 +1,15 @@
+r"""Chomsky-hierarchy task `modular_arithmetic_brackets` (Deletang et al., ICLR 2023; our code).
+
+  python train.py --config configs/modular_arithmetic_brackets.py --workdir runs/modular_arithmetic_brackets
+  python train.py --config configs/modular_arithmetic_brackets.py:tiny --workdir /tmp/modular_arithmetic_brackets_tiny
+  python train.py --config configs/modular_arithmetic_brackets.py:paper --workdir runs/modular_arithmetic_brackets_paper
+
+Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
+8 heads, batch 128; for an accelerator). See `bifocal_jax.config.chomsky_config`.
+"""
+
+from bifocal_jax import config as config_lib
+
+
+def get_config(arg=None):
+  return config_lib.chomsky_config("modular_arithmetic_brackets", arg)

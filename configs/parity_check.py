@@ -1,0 +1,15 @@
+r"""Chomsky-hierarchy task `parity_check` (Deletang et al., ICLR 2023; our code).
+
+  python train.py --config configs/parity_check.py --workdir runs/parity_check
+  python train.py --config configs/parity_check.py:tiny --workdir /tmp/parity_check_tiny
+  python train.py --config configs/parity_check.py:paper --workdir runs/parity_check_paper
+
+Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
+8 heads, batch 128; for an accelerator). See `bifocal_jax.config.chomsky_config`.
+"""
+
+from bifocal_jax import config as config_lib
+
+
+def get_config(arg=None):
+  return config_lib.chomsky_config("parity_check", arg)
