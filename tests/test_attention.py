@@ -1,0 +1,167 @@
+"""The attention layer (`bifocal_jax/attention.py`) for every `position.kind`.
+
+Compiles dominate the run time, so each layer structure is compiled once:
+`run_layer` returns the output and the vmapped per-sequence output together,
+and every test of that structure reuses it. The layers here are
+bidirectional, so padding is what the mask must handle; causal masking and
+gradients are tested through the whole model in `test_model.py`.
+"""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from bifocal_jax import attention
+from bifocal_jax import rope
+
+D_MODEL, HEADS, HEAD_DIM, BATCH, SEQ = 16, 2, 8, 2, 6
+
+# (test id, position.kind, overrides): every kind, and bifocal split both ways.
+CASES = [(kind, kind, {}) for kind in attention.POSITION_KINDS] + [
+    ("bifocal_pairs", "bifocal", {"split": "pairs"})]
+SPECTRAL_CASES = [case for case in CASES if case[1] in ("spectral", "bifocal")]
+
+
+def ids(cases):
+  return [case[0] for case in cases]
+
+
+def make_layer(position, *, dtype=jnp.float32):
+  return attention.Attention(D_MODEL, HEADS, HEAD_DIM, position, causal=False, dtype=dtype,
+                             rngs=nnx.Rngs(0))
+
+
+def inputs(seed=0):
+  rng = np.random.default_rng(seed)
+  x = jnp.asarray(rng.standard_normal((BATCH, SEQ, D_MODEL)), jnp.float32)
+  # Increasing positions with random gaps, as randomized_rope draws them.
+  positions = jnp.asarray(np.cumsum(rng.integers(1, 20, (BATCH, SEQ)), axis=-1))
+  noise = jnp.asarray(rng.standard_normal((BATCH, SEQ, D_MODEL)), jnp.float32)
+  return x, positions, noise
+
+
+ALL_VALID = jnp.ones((BATCH, SEQ), bool)
+
+
+def learn_spectrum(layer, seed=1):
+  """Moves the spectral frequencies away from geometric, as training would."""
+  log_frequency = layer.rope.log_frequency
+  noise = np.random.default_rng(seed).uniform(-1.0, 1.0, log_frequency.shape)
+  log_frequency[...] = log_frequency[...] + jnp.asarray(noise, jnp.float32)
+
+
+@nnx.jit
+def run_layer(layer, x, positions, valid):
+  """(output, output of vmap over the batch of a pure function of the split state)."""
+  graphdef, state = nnx.split(layer)
+
+  def one_sequence(state, x_LxD, positions_L, valid_L):
+    return nnx.merge(graphdef, state)(x_LxD[None], positions_L[None], valid_L[None])[0]
+  per_sequence = jax.vmap(one_sequence, in_axes=(None, 0, 0, 0))(state, x, positions, valid)
+  return layer(x, positions, valid), per_sequence
+
+
+def output(layer, x, positions, valid=ALL_VALID):
+  return run_layer(layer, x, positions, valid)[0]
+
+
+@pytest.mark.parametrize("name, kind, overrides", CASES, ids=ids(CASES))
+def test_jit_and_vmap(name, kind, overrides, position_config):
+  layer = make_layer(position_config(kind, **overrides))
+  x, positions, _ = inputs()
+  out, per_sequence = run_layer(layer, x, positions, ALL_VALID)
+  chex.assert_shape(out, (BATCH, SEQ, D_MODEL))
+  chex.assert_tree_all_finite(out)
+  np.testing.assert_allclose(per_sequence, out, atol=1e-5)
+  spectral = [path for path, _ in nnx.state(layer, rope.SpectralFrequency).flat_state()]
+  assert spectral == ([("rope", "log_frequency")] if kind in ("spectral", "bifocal") else [])
+
+
+@pytest.mark.parametrize("name, kind, overrides", CASES, ids=ids(CASES))
+def test_output_depends_only_on_relative_positions(name, kind, overrides, position_config):
+  layer = make_layer(position_config(kind, **overrides))
+  if kind in ("spectral", "bifocal"):
+    learn_spectrum(layer)
+  x, positions, _ = inputs()
+  out = output(layer, x, positions)
+  offset = int(np.random.default_rng(3).integers(1, 1000))
+  np.testing.assert_allclose(output(layer, x, positions + offset), out, atol=1e-4)
+  # Control: stretching the distances changes the output, unless there are no positions.
+  stretched = output(layer, x, 3 * positions)
+  if kind == "nope":
+    np.testing.assert_allclose(stretched, out, atol=1e-6)
+  else:
+    assert np.max(np.abs(stretched - out)) > 1e-3
+
+
+@pytest.mark.parametrize("name, kind, overrides", SPECTRAL_CASES, ids=ids(SPECTRAL_CASES))
+def test_spectral_kinds_start_as_rope(name, kind, overrides, position_config):
+  geometric = make_layer(position_config("rope"))
+  spectral = make_layer(position_config(kind, **overrides))
+  np.testing.assert_array_equal(geometric.qkv_DxTxHxK[...], spectral.qkv_DxTxHxK[...])
+  x, positions, _ = inputs()
+  expected = output(geometric, x, positions)
+  np.testing.assert_allclose(output(spectral, x, positions), expected, atol=1e-5)
+  learn_spectrum(spectral)  # control: the spectrum is what makes them agree
+  assert np.max(np.abs(output(spectral, x, positions) - expected)) > 1e-3
+
+
+@pytest.mark.parametrize("name, kind, overrides", CASES, ids=ids(CASES))
+def test_valid_outputs_ignore_padding(name, kind, overrides, position_config):
+  layer = make_layer(position_config(kind, **overrides))
+  x, positions, noise = inputs()
+  valid = jnp.asarray([[1, 1, 1, 1, 0, 0], [0, 1, 1, 0, 1, 1]], bool)
+  changed = jnp.where(valid[..., None], x, noise)
+  out = output(layer, x, positions, valid)
+  np.testing.assert_allclose(output(layer, changed, positions, valid)[valid], out[valid], atol=1e-6)
+  # Control: unmasked, the change reaches the valid positions.
+  unmasked = output(layer, changed, positions) - output(layer, x, positions)
+  assert np.max(np.abs(unmasked[valid])) > 1e-3
+
+
+def test_alibi_slopes_are_a_buffer(position_config):
+  layer = make_layer(position_config("alibi"))
+  assert not isinstance(layer.alibi_slopes, nnx.Param)
+  np.testing.assert_array_equal(layer.alibi_slopes[...], rope.alibi_slopes(HEADS))
+
+
+def test_bfloat16_compute(position_config):
+  position = position_config("bifocal")
+  layer_f32, layer_bf16 = make_layer(position), make_layer(position, dtype=jnp.bfloat16)
+  x, positions, _ = inputs()
+  positions = positions + 3000  # float32 angles keep far positions accurate
+  out = output(layer_bf16, x.astype(jnp.bfloat16), positions)
+  chex.assert_type(out, jnp.bfloat16)
+  np.testing.assert_allclose(
+      np.asarray(out, np.float32), output(layer_f32, x, positions), atol=0.05, rtol=0.05)
+
+
+def test_odd_head_dim_raises(position_config):
+  with pytest.raises(ValueError, match=r"head_dim.*7"):
+    attention.Attention(14, 2, 7, position_config("rope"), causal=True, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("kind, overrides, num_heads, match", [
+    ("learned", {}, 2, r"position\.kind.*learned"),
+    ("partial_rope", {"rotary_fraction": 1.5}, 2, r"rotary_fraction.*1\.5"),
+    ("partial_rope", {"rotary_fraction": 0.0}, 2, r"rotary_fraction.*0\.0"),
+    ("bifocal", {"spectral_heads": 3}, 2, r"spectral_heads.*3"),
+    ("bifocal", {"split": "pairs", "spectral_pairs": 5}, 2, r"spectral_pairs.*5"),
+    ("bifocal", {"split": "layers"}, 2, r"split.*layers"),
+    ("bifocal", {}, 1, r"num_heads"),
+])
+def test_bad_position_configs_raise(kind, overrides, num_heads, match, position_config):
+  """The layer's rotary module comes from `make_rope`, which checks the config."""
+  with pytest.raises(ValueError, match=match):
+    attention.make_rope(position_config(kind, **overrides), num_heads=num_heads, head_dim=HEAD_DIM)
+
+
+@pytest.mark.parametrize("kind", ["nope", "rope", "alibi"])
+def test_mismatched_positions_raise(kind, position_config):
+  layer = make_layer(position_config(kind))
+  x, _, _ = inputs()
+  with pytest.raises(ValueError, match=r"positions.*\(2, 7\)"):
+    nnx.eval_shape(lambda layer: layer(x, jnp.zeros((BATCH, SEQ + 1), jnp.int32)), layer)

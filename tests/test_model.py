@@ -1,0 +1,227 @@
+"""The transformer (`bifocal_jax/model.py`) for every `position.kind`.
+
+Compiles dominate the run time, so each model structure is compiled once, by
+`run_model`, and its causal and padding tests reuse that compile.
+"""
+
+import chex
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from flax import nnx
+
+from bifocal_jax import attention
+from bifocal_jax import model as model_lib
+from bifocal_jax import rope
+
+VOCAB, BATCH, SEQ = 11, 2, 6
+KINDS = attention.POSITION_KINDS
+
+
+def tiny_config(**overrides):
+  cfg = ml_collections.ConfigDict(dict(
+      num_layers=1, d_model=16, num_heads=2, head_dim=-1, mlp_dim=32, dtype="float32"))
+  cfg.update(overrides)
+  return cfg
+
+
+def make_model(position, **overrides):
+  return model_lib.Transformer(tiny_config(**overrides), position, vocab_size=VOCAB, causal=True,
+                               rngs=nnx.Rngs(0))
+
+
+def tokens_and_positions(kind, seed=0):
+  rng = np.random.default_rng(seed)
+  tokens = jnp.asarray(rng.integers(0, VOCAB, (BATCH, SEQ)), jnp.int32)
+  if kind == "randomized_rope":
+    positions = jnp.asarray(np.sort(rng.choice(64, (BATCH, SEQ), replace=False), axis=-1))
+  else:
+    positions = jnp.broadcast_to(jnp.arange(SEQ, dtype=jnp.int32), (BATCH, SEQ))
+  return tokens, positions
+
+
+def next_token_loss(logits_BxLxV, tokens_BxL):
+  targets = jax.nn.one_hot(tokens_BxL[:, 1:], VOCAB)
+  return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits_BxLxV[:, :-1]) * targets, axis=-1))
+
+
+@nnx.jit
+def run_model(model, tokens, valid, positions):
+  """(logits, gradients of the next-token loss, logits of vmap over the batch).
+
+  One compile per model structure, reused by every test of that structure.
+  """
+  def loss(model):
+    logits = model(tokens, valid, positions_BxL=positions)
+    return next_token_loss(logits, tokens), logits
+  (_, logits), grads = nnx.value_and_grad(loss, has_aux=True)(model)
+  # vmap over the batch axis of a pure function of the split state.
+  graphdef, state = nnx.split(model)
+
+  def one_sequence(state, tokens_L, valid_L, positions_L):
+    return nnx.merge(graphdef, state)(tokens_L[None], valid_L[None], positions_BxL=positions_L[None])[0]
+  per_sequence = jax.vmap(one_sequence, in_axes=(None, 0, 0, 0))(state, tokens, valid, positions)
+  return logits, grads, per_sequence
+
+
+def logits(model, tokens, valid, positions):
+  return run_model(model, tokens, valid, positions)[0]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_jit_grad_and_vmap(kind, position_config):
+  model = make_model(position_config(kind))
+  tokens, positions = tokens_and_positions(kind)
+  out, grads, per_sequence = run_model(model, tokens, jnp.ones((BATCH, SEQ), bool), positions)
+  chex.assert_shape(out, (BATCH, SEQ, VOCAB))
+  chex.assert_type(out, jnp.float32)
+  chex.assert_tree_all_finite(out)
+  np.testing.assert_allclose(per_sequence, out, atol=1e-5)
+
+  grads = {path: np.asarray(grad[...]) for path, grad in grads.flat_state()}
+  assert list(grads) == [path for path, _ in nnx.state(model, nnx.Param).flat_state()]
+  for path, grad in grads.items():
+    assert np.all(np.isfinite(grad)) and np.any(grad != 0), path
+  spectral = [path for path, _ in nnx.state(model, rope.SpectralFrequency).flat_state()]
+  assert len(spectral) == (1 if kind in ("spectral", "bifocal") else 0)
+  for path in spectral:  # every spectral frequency receives a gradient
+    assert np.all(grads[path] != 0), path
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_causal_output_ignores_later_tokens(kind, position_config):
+  model = make_model(position_config(kind))
+  tokens, positions = tokens_and_positions(kind)
+  valid = jnp.ones((BATCH, SEQ), bool)
+  t = SEQ // 2
+  changed = tokens.at[:, t + 1:].set((tokens[:, t + 1:] + 1) % VOCAB)
+  before, after = logits(model, tokens, valid, positions), logits(model, changed, valid, positions)
+  np.testing.assert_allclose(after[:, :t + 1], before[:, :t + 1], atol=1e-6)
+  assert np.max(np.abs(after[:, t + 1:] - before[:, t + 1:])) > 1e-3  # control
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_valid_outputs_ignore_padded_tokens(kind, position_config):
+  """Padding before and between valid tokens, which a causal mask alone would let through."""
+  model = make_model(position_config(kind))
+  tokens, positions = tokens_and_positions(kind)
+  valid = jnp.asarray([[0, 0, 1, 1, 1, 1], [1, 0, 1, 0, 1, 1]], bool)
+  changed = jnp.where(valid, tokens, (tokens + 1) % VOCAB)
+  before, after = logits(model, tokens, valid, positions), logits(model, changed, valid, positions)
+  np.testing.assert_allclose(after[valid], before[valid], atol=1e-6)
+  # Control: unmasked, the same change reaches the valid positions.
+  all_valid = jnp.ones_like(valid)
+  unmasked = logits(model, changed, all_valid, positions) - logits(model, tokens, all_valid, positions)
+  assert np.max(np.abs(unmasked[valid])) > 1e-3
+
+
+def test_randomized_rope_draws_positions_from_the_rng(position_config):
+  model = make_model(position_config("randomized_rope"))
+  tokens, _ = tokens_and_positions("randomized_rope")
+  draw = nnx.jit(lambda model, tokens, rng: (
+      model.positions(tokens.shape, rng, train=True), model(tokens, rng=rng, train=True)))
+  positions, drawn_logits = draw(model, tokens, jax.random.key(7))
+  assert np.all(np.diff(np.asarray(positions), axis=-1) > 0)
+  assert 0 <= int(positions.min()) and int(positions.max()) < model.max_position
+  valid = jnp.ones((BATCH, SEQ), bool)
+  np.testing.assert_allclose(drawn_logits, logits(model, tokens, valid, positions), atol=1e-6)
+  assert np.max(np.abs(draw(model, tokens, jax.random.key(8))[1] - drawn_logits)) > 1e-4
+  with pytest.raises(ValueError, match="rng"):
+    model(tokens, train=True)
+  # Positions need no parameters: an abstract model is enough.
+  eval_model = nnx.eval_shape(lambda: make_model(position_config("randomized_rope", randomize_eval=False)))
+  np.testing.assert_array_equal(eval_model.positions((BATCH, SEQ), None, train=False),
+                                np.broadcast_to(np.arange(SEQ), (BATCH, SEQ)))
+  assert eval_model.positions((BATCH, SEQ), jax.random.key(0), train=True).shape == (BATCH, SEQ)
+
+
+# ----------------------------------------------------------------------------
+# Counting: parameters, FLOPs, spectral frequencies.
+# ----------------------------------------------------------------------------
+
+# A config where heads * head_dim (12) differs from d_model (16), so the counts
+# cannot confuse the two: V=11, D=16, H=2, K=6, F=32, 2 layers.
+COUNT_CONFIG = dict(num_layers=2, d_model=16, num_heads=2, head_dim=6, mlp_dim=32)
+V, D, H, K, F, LAYERS, PAIRS = 11, 16, 2, 6, 32, 2, 3
+
+
+@pytest.mark.parametrize("name, kind, overrides, spectral_per_layer", [
+    ("nope", "nope", {}, 0),
+    ("rope", "rope", {}, 0),
+    ("alibi", "alibi", {}, 0),  # slopes are a buffer, not a parameter
+    ("spectral", "spectral", {}, H * PAIRS),
+    ("bifocal_heads", "bifocal", {}, 1 * PAIRS),  # one of two heads spectral
+    ("bifocal_pairs", "bifocal", {"split": "pairs"}, H * 1),  # one of three pairs spectral
+])
+def test_count_params_by_hand(name, kind, overrides, spectral_per_layer, position_config):
+  # Counting needs only shapes: an abstract model, no initialisation.
+  model = nnx.eval_shape(lambda: make_model(position_config(kind, **overrides), **COUNT_CONFIG))
+  embed = unembed = V * D
+  layer_norm = 2 * D
+  attention_weights = D * 3 * H * K + H * K * D
+  mlp = D * F + F + F * D + D
+  per_layer = 2 * layer_norm + attention_weights + mlp + spectral_per_layer
+  assert model_lib.count_params(model) == embed + LAYERS * per_layer + layer_norm + unembed
+
+
+def test_flops_per_token_by_hand():
+  seq_len = 8
+  # Matmul weights per layer: QKV (D x 3HK), output (HK x D), MLP (D x F, F x D);
+  # plus the unembedding (D x V). 2 FLOPs per weight forward, 6 with backward.
+  matmul_weights = LAYERS * (D * 3 * H * K + H * K * D + 2 * D * F) + D * V
+  # Attention: QK^T and AV, 2 * seq_len * H * K FLOPs each forward, x3 with backward.
+  attention_flops = LAYERS * 3 * 2 * (2 * seq_len * H * K)
+  assert model_lib.flops_per_token(tiny_config(**COUNT_CONFIG), vocab_size=V, seq_len=seq_len) == (
+      6 * matmul_weights + attention_flops)
+
+
+@pytest.mark.parametrize("name, kind, overrides, spectral_shape", [
+    ("nope", "nope", {}, None),
+    ("rope", "rope", {}, None),
+    ("partial_rope", "partial_rope", {}, None),
+    ("randomized_rope", "randomized_rope", {}, None),
+    ("alibi", "alibi", {}, None),
+    ("spectral", "spectral", {}, (H, 4)),
+    ("bifocal_heads", "bifocal", {}, (1, 4)),
+    ("bifocal_pairs", "bifocal", {"split": "pairs"}, (H, 2)),
+])
+def test_spectral_frequencies_per_kind(name, kind, overrides, spectral_shape, position_config):
+  """`[layers, spectral heads, spectral pairs]`, geometric at initialisation."""
+  model = make_model(position_config(kind, **overrides), num_layers=2)
+  frequencies = model_lib.spectral_frequencies(model)
+  if spectral_shape is None:
+    assert frequencies is None
+    return
+  shape = (2,) + spectral_shape
+  chex.assert_shape(frequencies, shape)
+  # The tiny model's head_dim is 8 (4 pairs); spectral pairs are the lowest frequencies.
+  geometric = rope.geometric_frequencies(8)[4 - shape[-1]:]
+  np.testing.assert_allclose(frequencies, jnp.broadcast_to(geometric, shape), rtol=3e-7)
+  model.blocks[1].attn.rope.log_frequency[...] += 1.0  # follows the parameters, per layer
+  np.testing.assert_allclose(model_lib.spectral_frequencies(model)[1], np.e * frequencies[1], rtol=1e-6)
+  np.testing.assert_array_equal(model_lib.spectral_frequencies(model)[0], frequencies[0])
+
+
+# ----------------------------------------------------------------------------
+# Bad configs.
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (dict(head_dim=7), r"model\.head_dim.*7"),
+    (dict(d_model=12, num_heads=4), r"model\.head_dim.*3"),  # 12 / 4 is odd
+    (dict(num_heads=0), r"model\.num_heads.*0"),
+    (dict(dtype="float16"), r"model\.dtype.*float16"),
+])
+def test_bad_model_configs_raise(overrides, match, position_config):
+  with pytest.raises(ValueError, match=match):
+    make_model(position_config("rope"), **overrides)
+
+
+def test_mismatched_positions_raise(position_config):
+  model = make_model(position_config("rope"))
+  tokens, _ = tokens_and_positions("rope")
+  with pytest.raises(ValueError, match=r"positions.*\(2, 5\)"):
+    logits(model, tokens, jnp.ones((BATCH, SEQ), bool), jnp.zeros((BATCH, SEQ - 1), jnp.int32))
