@@ -21,6 +21,7 @@ from typing import Any
 
 import grain
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
@@ -30,16 +31,29 @@ class CheckpointError(RuntimeError):
   pass
 
 
+def _is_empty(leaf) -> bool:
+  return 0 in tuple(leaf.shape)
+
+
 def flatten(tree) -> dict[str, Any]:
-  """`{jax.tree_util.keystr(path): leaf}`: container types do not matter to Orbax."""
+  """`{jax.tree_util.keystr(path): leaf}` of the non-empty leaves: container types
+  do not matter to Orbax, and Orbax cannot save zero-size arrays (the trajectory
+  of a run without spectral frequencies); `unflatten` rebuilds those."""
   leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
-  return {jax.tree_util.keystr(path): leaf for path, leaf in leaves}
+  return {jax.tree_util.keystr(path): leaf for path, leaf in leaves if not _is_empty(leaf)}
+
+
+def _empty(like):
+  sharding = getattr(like, "sharding", None)
+  return jnp.zeros(like.shape, like.dtype, device=sharding)
 
 
 def unflatten(like, flat: dict[str, Any]):
-  """Inverse of `flatten`, onto the structure of `like`."""
+  """Inverse of `flatten`, onto the structure of `like` (zero-size leaves from its shapes)."""
   leaves, treedef = jax.tree_util.tree_flatten_with_path(like)
-  return jax.tree_util.tree_unflatten(treedef, [flat[jax.tree_util.keystr(p)] for p, _ in leaves])
+  return jax.tree_util.tree_unflatten(
+      treedef, [_empty(leaf) if _is_empty(leaf) else flat[jax.tree_util.keystr(p)]
+                for p, leaf in leaves])
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -64,8 +78,10 @@ class Checkpointer:
            meta: dict, *, force: bool = False) -> bool:
     args = dict(
         state=ocp.args.StandardSave(flatten(state)),
-        trajectory=ocp.args.StandardSave(trajectory),
-        meta=ocp.args.JsonSave(meta))
+        trajectory=ocp.args.StandardSave(
+            {k: v for k, v in trajectory.items() if not _is_empty(v)}),
+        meta=ocp.args.JsonSave(dict(meta, trajectory_shapes={
+            k: [list(v.shape), str(v.dtype)] for k, v in trajectory.items()})))
     if data_iterator is not None:
       args["data"] = grain.checkpoint.CheckpointSave(data_iterator)
     return self.manager.save(step, args=ocp.args.Composite(**args), force=force)
@@ -114,8 +130,12 @@ class Checkpointer:
       raise CheckpointError(f"no checkpoint in {self.directory}")
     step = steps[-1] if step is None else step
     restored = self.manager.restore(step, args=ocp.args.Composite(
-        trajectory=ocp.args.StandardRestore()))
-    return {k: np.asarray(v) for k, v in restored["trajectory"].items()}
+        trajectory=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+    out = {k: np.asarray(v) for k, v in restored["trajectory"].items()}
+    for k, (shape, dtype) in restored["meta"].get("trajectory_shapes", {}).items():
+      if k not in out:  # a zero-size array, not saved (see `flatten`)
+        out[k] = np.zeros(shape, dtype)
+    return out
 
   def wait(self):
     self.manager.wait_until_finished()
