@@ -1,0 +1,542 @@
+"""Evaluation of trained runs: held-out splits, the published Dyck data, comparisons.
+
+`evaluate(workdir)` restores a run's checkpoint (the trainer's own `train.setup`
+and `checkpoint.Checkpointer`) and scores it on the task's held-out splits
+and/or on published Dyck files; `eval.py` is only flag parsing around it.
+Scoring is `metrics.accuracy_counts` per example (the trainer's eval step),
+tallied on the host by sequence length and nesting depth (`Tally`); anything
+producing logits, a model or a reference predictor, goes through the same
+tally (`score_batches`).
+
+Long strings (the published `k8_m20.test` reaches 5,133 tokens) are streamed:
+examples are sorted by length, padded to fine length buckets (<= 12.5% padding)
+and batched so that attention's `[B, heads, L, L]` float32 scores stay within
+`memory_budget` bytes (`batch_size_for_length`).
+
+Results JSON, `DIR/eval/results.json` (or `--out`). Each evaluation updates
+the file: splits evaluated now replace those of the same name, and results of
+another checkpoint step are dropped.
+
+  workdir, step, task, position_kind
+  che_score       mean over the distinct sequence lengths of the task's test
+                  splits (names `test*`, pooled) of the per-token accuracy at
+                  that length (Deletang et al.'s CHE score); null if none
+  splits: {name: split results}   task splits by name; published files by
+                                  their file name (e.g. `k8_m20.test`)
+  spectrum        with --spectrum: `analysis.spectrum_report` plus `plots`
+                  ({name: PNG path})
+
+  split results:
+    source                  "task", or the published file's path
+    examples, tokens        strings and scored (masked) tokens
+    token_accuracy          argmax accuracy over scored tokens
+    sequence_accuracy       fraction of strings with every scored token right
+    loss                    mean token cross-entropy
+    che_score               mean over the split's lengths of token accuracy
+    by_length, by_depth     {"L" or "d": token accuracy} (string keys)
+    by_length_tokens, by_depth_tokens    {key: scored tokens} (for pooling)
+    close_accuracy          Dyck only: Yao et al.'s metric, the fraction of
+                            scored positions where p(correct close) /
+                            p(any close) > 0.8
+    close_sequence_accuracy Dyck only: strings with every position so
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from bifocal_jax import analysis
+from bifocal_jax import checkpoint as checkpoint_lib
+from bifocal_jax import model as model_lib
+from bifocal_jax import sharding as sharding_lib
+from bifocal_jax import train
+from bifocal_jax.tasks import base
+from bifocal_jax.tasks import external
+from bifocal_jax.tasks import pipeline
+
+RESULTS_FILE = "results.json"
+DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes of attention scores per batch
+SCORE_BYTES = 4  # attention scores and softmax are float32
+
+
+# ----------------------------------------------------------------------------
+# Batching long strings within a memory budget.
+# ----------------------------------------------------------------------------
+
+
+def length_buckets(max_length: int = 1 << 20) -> tuple[int, ...]:
+  """Padded lengths: steps of 16 up to 128, then 8 per octave (<= 12.5% padding)."""
+  buckets = [16]
+  while buckets[-1] < max_length:
+    b = buckets[-1]
+    buckets.append(b + max(16, 1 << (b.bit_length() - 4)))
+  return tuple(buckets)
+
+
+def batch_size_for_length(length: int, *, num_heads: int, budget: int = DEFAULT_MEMORY_BUDGET,
+                          max_batch_size: int = 64, multiple: int = 1) -> int:
+  """Rows per batch keeping `[B, heads, L, L]` float32 scores within `budget` bytes.
+
+  At least one row; at most `max_batch_size`; rounded up to a multiple of
+  `multiple` (the devices the batch is split over).
+  """
+  if length < 1 or num_heads < 1 or budget < 1 or max_batch_size < 1 or multiple < 1:
+    raise ValueError(f"batch_size_for_length: length={length}, num_heads={num_heads}, "
+                     f"budget={budget}, max_batch_size={max_batch_size}, multiple={multiple} "
+                     "must all be >= 1")
+  rows = max(1, min(max_batch_size, budget // (num_heads * length * length * SCORE_BYTES)))
+  return -(-rows // multiple) * multiple
+
+
+def regroup(rows: Iterable[dict[str, np.ndarray]], batch_size_fn: Callable[[int], int]
+            ) -> Iterator[dict[str, np.ndarray]]:
+  """Batches of consecutive rows of equal width, `batch_size_fn(width)` rows each.
+
+  `rows` (batches of one row, sorted by width) come from a length-sorted
+  reader; each output batch is padded with invalid rows to its full size.
+  """
+  group: list[dict[str, np.ndarray]] = []
+
+  def flush():
+    width = group[0]["inputs"].shape[1]
+    batch = {k: np.concatenate([r[k] for r in group]) for k in group[0]}
+    return base.pad_rows(batch, batch_size_fn(width))
+
+  for row in rows:
+    if group and (row["inputs"].shape[1] != group[0]["inputs"].shape[1]
+                  or len(group) == batch_size_fn(group[0]["inputs"].shape[1])):
+      yield flush()
+      group = []
+    group.append(row)
+  if group:
+    yield flush()
+
+
+def dyck_file_batches(path: str, *, k: int, batch_size_fn: Callable[[int], int]
+                      ) -> Iterator[dict[str, np.ndarray]]:
+  """A published Dyck file, sorted by length, in memory-bounded batches."""
+  rows = external.dyck_file_batches(path, batch_size=1, k=k, buckets=length_buckets())
+  return regroup(rows, batch_size_fn)
+
+
+# ----------------------------------------------------------------------------
+# Scoring.
+# ----------------------------------------------------------------------------
+
+
+def _grouped(keys: np.ndarray, correct: np.ndarray, tokens: np.ndarray):
+  """{str(key): accuracy}, {str(key): tokens} over keys with scored tokens."""
+  acc, count = {}, {}
+  for key in np.unique(keys):
+    sel = keys == key
+    total = float(tokens[sel].sum())
+    if total > 0:
+      acc[str(int(key))] = float(correct[sel].sum()) / total
+      count[str(int(key))] = int(total)
+  return acc, count
+
+
+class Tally:
+  """Per-example counts accumulated on the host; `summary()` gives the split results."""
+
+  def __init__(self):
+    self.columns: dict[str, list[np.ndarray]] = {}
+    self.loss_sum = 0.0
+
+  def add(self, counts: dict, batch: dict) -> None:
+    """`counts`: `metrics.accuracy_counts` output (`[B]` arrays; optional scalar
+    `loss_sum`) for `batch`; padding rows (no valid token) are dropped."""
+    rows = np.asarray(batch["valid"]).any(-1)
+    fields = dict(counts, length=batch["length"], depth=batch["depth"])
+    for name, value in fields.items():
+      value = np.asarray(value)
+      if name == "loss_sum":
+        self.loss_sum += float(value)
+      else:
+        self.columns.setdefault(name, []).append(value[rows].astype(np.int64))
+
+  def summary(self) -> dict:
+    if not self.columns:
+      raise ValueError("no examples were evaluated")
+    c = {k: np.concatenate(v) for k, v in self.columns.items()}
+    correct, tokens = c["token_correct"], c["token_total"]
+    total = max(float(tokens.sum()), 1.0)
+    by_length, by_length_tokens = _grouped(c["length"], correct, tokens)
+    by_depth, by_depth_tokens = _grouped(c["depth"], correct, tokens)
+    out = dict(
+        examples=int(correct.size), tokens=int(tokens.sum()),
+        token_accuracy=float(correct.sum()) / total,
+        sequence_accuracy=float(np.mean(correct == tokens)),
+        loss=self.loss_sum / total,
+        che_score=float(np.mean(list(by_length.values()))) if by_length else None,
+        by_length=by_length, by_length_tokens=by_length_tokens,
+        by_depth=by_depth, by_depth_tokens=by_depth_tokens)
+    if "close_correct" in c:
+      out["close_accuracy"] = float(c["close_correct"].sum()) / total
+      out["close_sequence_accuracy"] = float(np.mean(c["close_correct"] == tokens))
+    return out
+
+
+def score_batches(batches: Iterable[dict], counts_fn: Callable[[dict], dict]) -> dict:
+  """Split results of `counts_fn(batch)` (per-example accuracy counts) over `batches`."""
+  tally = Tally()
+  for batch in batches:
+    tally.add(jax.device_get(counts_fn(batch)), batch)
+  return tally.summary()
+
+
+# ----------------------------------------------------------------------------
+# Runs.
+# ----------------------------------------------------------------------------
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    raise ValueError(f"workdir={workdir!r}: no config.json (not a training run directory)")
+  with open(path) as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+@dataclasses.dataclass
+class Run:
+  """A restored run: its config, the trainer's `Setup`, and its parameters."""
+  workdir: str
+  config: ml_collections.ConfigDict
+  setup: train.Setup
+  params: Any
+  step: int
+
+  @functools.cached_property
+  def eval_step(self):
+    """The trainer's jit-compiled eval step, built once so compilations are shared."""
+    return train.make_eval_step(self.setup, close_ids=train.dyck_close_ids(self.setup.task))
+
+  def counts_fn(self, batch: dict) -> dict:
+    """Per-example accuracy counts of the model on `batch`."""
+    rng = jax.random.key(self.config.seed + 1)
+    return self.eval_step(self.params, train.to_global_batch(batch, self.setup.mesh), rng)
+
+  @property
+  def num_heads(self) -> int:
+    return model_lib.resolved_dims(self.config.model)[1]
+
+  @property
+  def batch_multiple(self) -> int:
+    """Devices the batch axis is split over (batch sizes must be multiples)."""
+    mesh = self.setup.mesh
+    return math.prod(mesh.shape[axis] for axis in sharding_lib.BATCH_AXES)
+
+
+def load_run(workdir: str, *, step: int | None = None) -> Run:
+  """Restores the latest checkpoint of `workdir` (or the one at `step`).
+
+  The mesh is rebuilt for this machine's devices (all on the data axis), so a
+  run trained on another topology evaluates here.
+  """
+  workdir = os.path.abspath(workdir)
+  config = load_config(workdir)
+  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
+  mesh = sharding_lib.make_mesh(config.mesh)
+  ckpt = checkpoint_lib.Checkpointer(workdir, save_every=1, keep=1, read_only=True)
+  try:
+    steps = ckpt.steps()
+    if not steps:
+      raise ValueError(f"workdir={workdir!r}: no checkpoint in {ckpt.directory}")
+    if step is not None and step not in steps:
+      raise ValueError(f"step={step}: no checkpoint at that step in {workdir} (steps {steps})")
+    with jax.set_mesh(mesh):
+      s, _ = train.setup(config, mesh)
+      if step is None:
+        step, state, _ = ckpt.restore_latest(s.abstract_state)
+      else:
+        restored = ckpt.manager.restore(step, args=checkpoint_lib.ocp.args.Composite(
+            state=checkpoint_lib.ocp.args.StandardRestore(checkpoint_lib.flatten(s.abstract_state))))
+        state = checkpoint_lib.unflatten(s.abstract_state, restored["state"])
+  finally:
+    ckpt.close()
+  return Run(workdir, config, s, state["params"], int(step))
+
+
+def evaluate_split(run: Run, split: str, *, num_examples: int | None = None,
+                   max_batch_size: int | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET,
+                   counts_fn=None) -> dict:
+  """Split results of the run on one of its task's splits.
+
+  Every batch is padded to the split's longest length: one compilation per
+  split (task splits span at most a few octaves; the published files, which
+  span more, are bucketed finely instead).
+  """
+  batches = split_batches(run, split, num_examples=num_examples, max_batch_size=max_batch_size,
+                          memory_budget=memory_budget)
+  with jax.set_mesh(run.setup.mesh):
+    results = score_batches(batches, counts_fn or run.counts_fn)
+  return dict(source="task", **results)
+
+
+def split_batches(run: Run, split: str, *, num_examples: int | None = None,
+                  max_batch_size: int | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET
+                  ) -> Iterator[dict[str, np.ndarray]]:
+  """The batches `evaluate_split` scores."""
+  task = run.setup.task
+  longest = task.max_sequence_length(split)
+  batch_size = batch_size_for_length(
+      longest, num_heads=run.num_heads, budget=memory_budget,
+      max_batch_size=max_batch_size or run.config.eval_batch_size, multiple=run.batch_multiple)
+  return pipeline.eval_batches(task, split, batch_size=batch_size, num_examples=num_examples,
+                               buckets=(longest,))
+
+
+def evaluate_dyck_file(run: Run, path: str, *, max_batch_size: int | None = None,
+                       memory_budget: int = DEFAULT_MEMORY_BUDGET, counts_fn=None) -> dict:
+  """Split results of the run (a Dyck run) on a published Dyck file."""
+  task = run.setup.task
+  if task.name != "dyck":
+    raise ValueError(f"dyck_file={path!r}: needs a Dyck run, but {run.workdir} trained "
+                     f"task {task.name!r}")
+  if not os.path.isfile(path):
+    raise ValueError(f"dyck_file={path!r}: no such file")
+  max_batch_size = max_batch_size or run.config.eval_batch_size
+  batch_size_fn = lambda width: batch_size_for_length(
+      width, num_heads=run.num_heads, budget=memory_budget, max_batch_size=max_batch_size,
+      multiple=run.batch_multiple)
+  batches = dyck_file_batches(path, k=task.k, batch_size_fn=batch_size_fn)
+  with jax.set_mesh(run.setup.mesh):
+    results = score_batches(batches, counts_fn or run.counts_fn)
+  return dict(source=os.path.abspath(path), **results)
+
+
+def che_score(splits: dict[str, dict]) -> float | None:
+  """Mean over the test splits' distinct lengths of the pooled token accuracy."""
+  correct: dict[str, float] = {}
+  tokens: dict[str, float] = {}
+  for name, r in splits.items():
+    if r.get("source") != "task" or not name.startswith("test"):
+      continue
+    for length, n in r["by_length_tokens"].items():
+      correct[length] = correct.get(length, 0.0) + r["by_length"][length] * n
+      tokens[length] = tokens.get(length, 0.0) + n
+  if not tokens:
+    return None
+  return float(np.mean([correct[k] / tokens[k] for k in tokens]))
+
+
+def results_path(workdir: str) -> str:
+  return os.path.join(os.path.abspath(workdir), "eval", RESULTS_FILE)
+
+
+def evaluate(workdir: str | Run, *, step: int | None = None, splits: Sequence[str] | None = None,
+             num_examples: int | None = None, dyck_files: Sequence[str] = (),
+             spectrum: bool = False, out: str | None = None,
+             memory_budget: int = DEFAULT_MEMORY_BUDGET, max_batch_size: int | None = None,
+             log: Callable[[str], None] = print) -> dict:
+  """Evaluates a run and writes (merges into) its results JSON; returns the results.
+
+  `workdir`: a run directory (its checkpoint at `step`, default the latest, is
+  restored) or an already restored `Run`.
+  `splits`: task splits to score (default: every held-out one, i.e. all but
+  `train`; none by default when `dyck_files` are given). `num_examples`: cap
+  per task split. `spectrum`: add the spectral analysis and its plots.
+  """
+  if isinstance(workdir, Run):
+    run = workdir
+    if step is not None and step != run.step:
+      raise ValueError(f"step={step}: the given run was restored at step {run.step}")
+  else:
+    run = load_run(workdir, step=step)
+  task = run.setup.task
+  if splits is None:
+    splits = () if dyck_files else tuple(n for n in task.split_names if n != "train")
+  for name in splits:
+    task.split(name)  # a clear error for an unknown split, before any work
+  out = out or results_path(run.workdir)
+  results = dict(workdir=run.workdir, step=run.step, task=task.name,
+                 position_kind=run.config.position.kind, che_score=None, splits={})
+  if os.path.exists(out):
+    with open(out) as f:
+      previous = json.load(f)
+    if previous.get("step") == run.step and previous.get("workdir") == run.workdir:
+      results["splits"].update(previous.get("splits", {}))
+      if "spectrum" in previous:
+        results["spectrum"] = previous["spectrum"]
+
+  for name in splits:
+    n = None if num_examples is None else min(num_examples, task.split(name).size)
+    results["splits"][name] = evaluate_split(
+        run, name, num_examples=n, max_batch_size=max_batch_size, memory_budget=memory_budget)
+    log(f"evaluated {name}: {results['splits'][name]['examples']} examples")
+  for path in dyck_files:
+    results["splits"][os.path.basename(path)] = evaluate_dyck_file(
+        run, path, max_batch_size=max_batch_size, memory_budget=memory_budget)
+    log(f"evaluated {path}")
+  results["che_score"] = che_score(results["splits"])
+
+  if spectrum:
+    steps, frequencies = analysis.load_trajectory(run.workdir, step=run.step)
+    report = analysis.spectrum_report(steps, frequencies)
+    if report["heads"]:
+      report["plots"] = analysis.spectrum_plots(steps, frequencies, os.path.dirname(out))
+    results["spectrum"] = report
+    log(analysis.format_spectrum_report(report))
+
+  os.makedirs(os.path.dirname(out), exist_ok=True)
+  tmp = out + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(results, f, indent=1, allow_nan=False)
+  os.replace(tmp, out)
+  log(format_results(results))
+  log(f"wrote {out}")
+  return results
+
+
+# ----------------------------------------------------------------------------
+# Tables and comparisons.
+# ----------------------------------------------------------------------------
+
+
+def pooled(split_results: Iterable[dict], field: str) -> dict[int, tuple[float, float]]:
+  """{key: (correct tokens, tokens)} of `by_length` or `by_depth`, pooled over splits."""
+  out: dict[int, tuple[float, float]] = {}
+  for r in split_results:
+    for key, n in r[f"{field}_tokens"].items():
+      c, t = out.get(int(key), (0.0, 0.0))
+      out[int(key)] = (c + r[field][key] * n, t + n)
+  return out
+
+
+def binned(counts: dict[int, tuple[float, float]], edges: Sequence[float]
+           ) -> list[tuple[float, float, float]]:
+  """[(low, high, accuracy)] of the non-empty bins `[edges[i], edges[i+1])`."""
+  keys = np.array(sorted(counts))
+  out = []
+  for lo, hi in zip(edges[:-1], edges[1:]):
+    sel = keys[(keys >= lo) & (keys < hi)]
+    tokens = sum(counts[k][1] for k in sel)
+    if tokens:
+      out.append((lo, hi, sum(counts[k][0] for k in sel) / tokens))
+  return out
+
+
+def _octaves(counts) -> list[int]:
+  if not counts:
+    return [1, 2]
+  return [2**i for i in range(int(math.log2(max(counts))) + 2)]
+
+
+def _fmt(v) -> str:
+  return "-" if v is None else f"{v:.3f}"
+
+
+def format_results(results: dict) -> str:
+  """The results as text tables: per split, by depth, and by length (octaves)."""
+  lines = [f"{results['workdir']}  step {results['step']}  task {results['task']}  "
+           f"position {results['position_kind']}  CHE {_fmt(results['che_score'])}"]
+  splits = results["splits"]
+  if not splits:
+    return lines[0]
+  width = max(12, *(len(n) for n in splits))
+  lines.append(f"{'split':<{width}} {'examples':>8} {'token':>7} {'seq':>7} {'close':>7} "
+               f"{'close_seq':>9} {'che':>7}")
+  for name, r in splits.items():
+    lines.append(f"{name:<{width}} {r['examples']:>8} {_fmt(r['token_accuracy']):>7} "
+                 f"{_fmt(r['sequence_accuracy']):>7} {_fmt(r.get('close_accuracy')):>7} "
+                 f"{_fmt(r.get('close_sequence_accuracy')):>9} {_fmt(r['che_score']):>7}")
+  for field, title in (("by_depth", "token accuracy by depth"),
+                       ("by_length", "token accuracy by length")):
+    lines.append(title + ":")
+    for name, r in splits.items():
+      counts = pooled([r], field)
+      if field == "by_depth":
+        cells = [f"{k}:{c / t:.2f}" for k, (c, t) in sorted(counts.items())]
+      else:
+        cells = [f"{lo}-{hi - 1}:{a:.2f}" for lo, hi, a in binned(counts, _octaves(counts))]
+      lines.append(f"  {name:<{width}} " + " ".join(cells))
+  return "\n".join(lines)
+
+
+def load_results(workdir: str, *, log: Callable[[str], None] = print) -> dict:
+  """The run's results JSON, evaluating the run first if it has none."""
+  path = results_path(workdir)
+  if not os.path.exists(path):
+    log(f"{workdir}: no {path}, evaluating")
+    return evaluate(workdir, log=log)
+  with open(path) as f:
+    return json.load(f)
+
+
+def compare(workdirs: Sequence[str], *, out: str | None = None,
+            log: Callable[[str], None] = print) -> tuple[str, str]:
+  """One markdown table and one PNG (accuracy against depth and against length)
+  across runs. Writes `out` (default `<common parent>/compare.md`) and the PNG
+  beside it; returns `(markdown, png path)`."""
+  if len(workdirs) < 1:
+    raise ValueError("compare: needs at least one workdir")
+  workdirs = [os.path.abspath(w) for w in workdirs]
+  if out is None:
+    parent = os.path.dirname(workdirs[0]) if len(workdirs) == 1 else os.path.commonpath(workdirs)
+    out = os.path.join(parent, "compare.md")
+  runs = [load_results(w, log=log) for w in workdirs]
+  names = [os.path.basename(w) for w in workdirs]
+  split_names = list(dict.fromkeys(n for r in runs for n in r["splits"]))
+  header = ["run", "position", "step", "CHE"] + split_names
+  rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for name, r in zip(names, runs):
+    cells = [name, r["position_kind"], str(r["step"]), _fmt(r["che_score"])]
+    for split in split_names:
+      s = r["splits"].get(split)
+      if s is None:
+        cells.append("-")
+      elif "close_accuracy" in s:
+        cells.append(f"{s['token_accuracy']:.3f} ({s['close_accuracy']:.3f})")
+      else:
+        cells.append(f"{s['token_accuracy']:.3f}")
+    rows.append("| " + " | ".join(cells) + " |")
+  note = ("Token accuracy per split (in parentheses: Yao et al.'s 0.8-ratio "
+          "closing-bracket accuracy); CHE: mean token accuracy over test lengths.")
+  markdown = "\n".join(rows) + "\n\n" + note + "\n"
+  os.makedirs(os.path.dirname(out), exist_ok=True)
+  with open(out, "w") as f:
+    f.write(markdown)
+  png = os.path.splitext(out)[0] + ".png"
+  _plot_compare(names, runs, png)
+  log(markdown)
+  log(f"wrote {out} and {png}")
+  return markdown, png
+
+
+def _plot_compare(names: Sequence[str], runs: Sequence[dict], path: str) -> str:
+  plt = analysis.plt
+  fig, (ax_depth, ax_length) = plt.subplots(1, 2, figsize=(11, 4))
+  for name, r in zip(names, runs):
+    by_depth = pooled(r["splits"].values(), "by_depth")
+    depths = sorted(by_depth)
+    ax_depth.plot(depths, [by_depth[d][0] / by_depth[d][1] for d in depths], marker="o", ms=3,
+                  label=f"{name} ({r['position_kind']})")
+    by_length = pooled(r["splits"].values(), "by_length")
+    if by_length:
+      edges = np.unique(np.round(np.geomspace(1, 2 * max(by_length), 40))).tolist()
+      bins = binned(by_length, edges)
+      ax_length.plot([math.sqrt(lo * hi) for lo, hi, _ in bins], [a for _, _, a in bins],
+                     marker="o", ms=3, label=name)
+  ax_depth.set_xlabel("nesting depth")
+  ax_length.set_xlabel("sequence length (tokens)")
+  ax_length.set_xscale("log")
+  for ax in (ax_depth, ax_length):
+    ax.set_ylabel("token accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+  ax_depth.legend(fontsize=7)
+  fig.suptitle("accuracy against depth and length (all evaluated splits pooled)")
+  fig.savefig(path, dpi=110, bbox_inches="tight")
+  plt.close(fig)
+  return path

@@ -1,0 +1,68 @@
+r"""Evaluates trained runs: `python eval.py --workdir DIR`.
+
+  python eval.py --workdir DIR                    # latest checkpoint, held-out splits
+  python eval.py --workdir DIR --step 1000 --splits valid,test_length --num_examples 256
+  python eval.py --workdir DIR \
+      --dyck_file ../shared/external/dyck-yao2021/k8_m20.test   # published data
+  python eval.py --workdir DIR --spectrum          # + spectral analysis and plots
+  python eval.py --compare runs/a runs/b runs/c    # one markdown table + one PNG
+
+Prints a table and writes `DIR/eval/results.json` (schema: the docstring of
+`bifocal_jax/evaluate.py`); `--out` writes elsewhere. `--dyck_file` may be
+repeated; with it, task splits are scored only when `--splits` names them.
+`--compare` writes `compare.md` and `compare.png` into the runs' common parent
+directory (or `--out FILE.md`), evaluating runs that have no results yet.
+"""
+
+import sys
+
+from absl import app
+from absl import flags
+
+from bifocal_jax import evaluate
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory to evaluate.")
+_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+_SPLITS = flags.DEFINE_list(
+    "splits", None, "Task splits to score (default: every held-out split).")
+_NUM_EXAMPLES = flags.DEFINE_integer(
+    "num_examples", None, "Examples per task split (default: the whole split).")
+_DYCK_FILE = flags.DEFINE_multi_string(
+    "dyck_file", [], "A published Dyck file (Yao et al. 2021 format) to score on.")
+_SPECTRUM = flags.DEFINE_bool(
+    "spectrum", False, "Add the spectral analysis (harmonic fits, plots) of the trajectory.")
+_COMPARE = flags.DEFINE_string(
+    "compare", None, "Compare runs: --compare DIR1 DIR2 ... (or DIR1,DIR2,...).")
+_OUT = flags.DEFINE_string(
+    "out", None, "Results JSON path (default DIR/eval/results.json); with --compare, "
+    "the markdown path.")
+_MEMORY_BUDGET_MB = flags.DEFINE_integer(
+    "memory_budget_mb", evaluate.DEFAULT_MEMORY_BUDGET >> 20,
+    "Attention-score memory per batch (MiB): sets the batch size of long strings.")
+_BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size", None, "Largest batch (default: the run's eval_batch_size).")
+
+
+def main(argv):
+  extra = argv[1:]
+  if _COMPARE.value is not None:
+    workdirs = [w for w in _COMPARE.value.split(",") if w] + extra
+    evaluate.compare(workdirs, out=_OUT.value)
+    return 0
+  if extra:
+    raise app.UsageError(f"unexpected arguments {extra} (only --compare takes several)")
+  if _WORKDIR.value is None:
+    raise app.UsageError("--workdir is required (or --compare DIR1 DIR2 ...)")
+  evaluate.evaluate(
+      _WORKDIR.value, step=_STEP.value, splits=_SPLITS.value, num_examples=_NUM_EXAMPLES.value,
+      dyck_files=_DYCK_FILE.value, spectrum=_SPECTRUM.value, out=_OUT.value,
+      memory_budget=_MEMORY_BUDGET_MB.value << 20, max_batch_size=_BATCH_SIZE.value)
+  return 0
+
+
+if __name__ == "__main__":
+  try:
+    app.run(main)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)

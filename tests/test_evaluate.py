@@ -1,0 +1,306 @@
+"""Evaluation: a tiny trained run, the results schema, the published-data path,
+memory-bounded streaming of long strings, comparisons and the CLI."""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from bifocal_jax import evaluate
+from bifocal_jax import metrics
+from bifocal_jax import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXTERNAL = os.path.join(os.path.dirname(ROOT), "shared", "external", "dyck-yao2021")
+if not os.path.isdir(EXTERNAL):
+  EXTERNAL = "/work/shared/external/dyck-yao2021"
+
+
+def load_module(path, name):
+  spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, path))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def tiny_config():
+  return load_module("configs/dyck.py", "dyck_config").get_config("tiny")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A tiny bifocal Dyck run (checkpoints at steps 10, 20, 30)."""
+  workdir = str(tmp_path_factory.mktemp("run"))
+  train.train_and_evaluate(tiny_config(), workdir)
+  return workdir
+
+
+@pytest.fixture(scope="module")
+def run(trained):
+  """Its latest checkpoint, restored once (each restore builds the trainer's setup)."""
+  return evaluate.load_run(trained)
+
+
+@pytest.fixture(scope="module")
+def evaluated(run):
+  """The run evaluated on 16 examples of each held-out split, with the spectrum."""
+  return evaluate.evaluate(run, num_examples=16, spectrum=True, log=lambda _: None)
+
+
+def quiet(**kwargs):
+  return dict(log=lambda _: None, **kwargs)
+
+
+# ----------------------------------------------------------------------------
+# Evaluation of a trained run.
+# ----------------------------------------------------------------------------
+
+
+def test_results_schema(trained, evaluated):
+  with open(os.path.join(trained, "eval", "results.json")) as f:
+    assert json.load(f) == evaluated
+  r = evaluated
+  assert r["step"] == 30 and r["task"] == "dyck" and r["position_kind"] == "bifocal"
+  assert r["workdir"] == os.path.abspath(trained)
+  assert set(r["splits"]) == {"valid", "test_length", "test_depth"}
+  config = tiny_config().task
+  for name, s in r["splits"].items():
+    assert s["source"] == "task" and s["examples"] == 16
+    for key in ("token_accuracy", "sequence_accuracy", "close_accuracy",
+                "close_sequence_accuracy", "che_score"):
+      assert 0.0 <= s[key] <= 1.0, (name, key)
+    assert s["loss"] > 0
+    assert sum(s["by_length_tokens"].values()) == s["tokens"] == sum(s["by_depth_tokens"].values())
+    pooled = sum(s["by_length"][k] * n for k, n in s["by_length_tokens"].items()) / s["tokens"]
+    assert pooled == pytest.approx(s["token_accuracy"])
+    assert s["che_score"] == pytest.approx(np.mean(list(s["by_length"].values())))
+    lengths = [int(k) for k in s["by_length"]]
+    depths = [int(k) for k in s["by_depth"]]
+    spec = config[name]
+    assert spec.min_length <= min(lengths) and max(lengths) <= spec.max_length
+    assert spec.min_depth <= min(depths) and max(depths) <= spec.max_depth
+  # CHE pools the two test splits' lengths.
+  expected = evaluate.che_score({k: v for k, v in r["splits"].items() if k != "valid"})
+  assert r["che_score"] == pytest.approx(expected)
+  assert r["che_score"] != pytest.approx(r["splits"]["valid"]["che_score"])
+  # The spectrum: one fit per layer and spectral head of the bifocal model.
+  spectrum = r["spectrum"]
+  assert spectrum["step"] == 30 and spectrum["drift"] > 0
+  assert len(spectrum["heads"]) == spectrum["shape"][0] * spectrum["shape"][1] > 0
+  for path in spectrum["plots"].values():
+    assert os.path.getsize(path) > 5000
+  assert "CHE" in evaluate.format_results(r)
+
+
+def test_matches_the_trainers_evaluation(run, evaluated):
+  batches = evaluate.split_batches(run, "test_depth", num_examples=16)
+  with jax.set_mesh(run.setup.mesh):
+    reference = train.evaluate_split(run.setup, run.params, "test_depth", num_examples=None,
+                                     batch_size=None, eval_step=run.eval_step, batches=batches)
+  mine = evaluated["splits"]["test_depth"]
+  for key in ("token_accuracy", "sequence_accuracy", "close_accuracy", "loss"):
+    assert mine[key] == pytest.approx(reference[key], rel=1e-5), key
+
+
+def test_results_merge_by_step(trained, run, evaluated, tmp_path):
+  out = str(tmp_path / "merge.json")
+  shutil.copy(os.path.join(trained, "eval", "results.json"), out)
+  # Same step: the new split replaces its old entry, the others stay.
+  r = evaluate.evaluate(run, splits=["valid"], num_examples=4, **quiet(out=out))
+  assert set(r["splits"]) == {"valid", "test_length", "test_depth"} and "spectrum" in r
+  assert r["splits"]["valid"]["examples"] == 4
+  assert r["splits"]["test_depth"] == evaluated["splits"]["test_depth"]
+  # Results of another step are dropped.
+  with open(out) as f:
+    older = dict(json.load(f), step=20)
+  with open(out, "w") as f:
+    json.dump(older, f)
+  r = evaluate.evaluate(run, splits=["valid"], num_examples=4, **quiet(out=out))
+  assert set(r["splits"]) == {"valid"} and r["che_score"] is None and "spectrum" not in r
+  with pytest.raises(ValueError, match="split='nope'"):
+    evaluate.evaluate(run, splits=["nope"], **quiet(out=out))
+  with pytest.raises(ValueError, match="step=7"):
+    evaluate.load_run(trained, step=7)
+  with pytest.raises(ValueError, match="config.json"):
+    evaluate.load_run(str(tmp_path))
+
+
+def test_dyck_file_on_trained_run(run, tmp_path):
+  path = tmp_path / "k8_m5_head.test"
+  path.write_text("".join(select_lines(os.path.join(EXTERNAL, "k8_m5.test"), 183, 192, 6)))
+  r = evaluate.evaluate(run, dyck_files=[str(path)], **quiet(out=str(tmp_path / "r.json")))
+  s = r["splits"]["k8_m5_head.test"]
+  assert set(r["splits"]) == {"k8_m5_head.test"} and s["source"] == str(path)
+  assert s["examples"] == 6 and list(s["by_depth"]) == ["5"]
+  assert all(183 <= int(k) <= 192 for k in s["by_length"])
+  assert 0.0 <= s["close_accuracy"] <= 1.0
+  with pytest.raises(ValueError, match="dyck_file="):
+    evaluate.evaluate_dyck_file(run, str(tmp_path / "missing.test"))
+
+
+def test_compare(trained, evaluated, tmp_path):
+  other = str(tmp_path / "other_run")
+  shutil.copytree(trained, other)
+  markdown, png = evaluate.compare([trained, other], **quiet(out=str(tmp_path / "cmp.md")))
+  rows = [l for l in markdown.splitlines() if l.startswith("|")]
+  assert len(rows) == 4 and "test_depth" in rows[0]
+  assert os.path.basename(trained) in rows[2] and "other_run" in rows[3]
+  assert f"{evaluated['splits']['valid']['token_accuracy']:.3f}" in rows[2]
+  assert (tmp_path / "cmp.md").read_text() == markdown
+  assert os.path.getsize(png) > 5000 and png.endswith("cmp.png")
+
+
+def _hwm_and_rss_mb() -> tuple[float, float]:
+  fields = {}
+  with open("/proc/self/status") as f:
+    for line in f:
+      key, _, value = line.partition(":")
+      fields[key] = value
+  return int(fields["VmHWM"].split()[0]) / 1024, int(fields["VmRSS"].split()[0]) / 1024
+
+
+def test_5000_token_string_evaluates_in_bounded_memory(run, tmp_path):
+  # A depth-20 Dyck-8 string of 5,001 tokens (as long as k8_m20.test's).
+  rng = np.random.default_rng(0)
+  tokens, stack = [], []
+  while len(tokens) + len(stack) < 5000:
+    if stack and (len(stack) == 20 or rng.random() < 0.5):
+      tokens.append(f"{stack.pop()})")
+    else:
+      stack.append("abcdefgh"[rng.integers(8)])
+      tokens.append(f"({stack[-1]}")
+  tokens += [f"{x})" for x in reversed(stack)] + ["END"]
+  path = tmp_path / "long.txt"
+  path.write_text(" ".join(tokens) + "\n")
+  with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # resets the peak resident set size (VmHWM) to the current one
+  _, rss_before = _hwm_and_rss_mb()
+  r = evaluate.evaluate_dyck_file(run, str(path), memory_budget=128 << 20)
+  peak, _ = _hwm_and_rss_mb()
+  assert r["examples"] == 1 and list(r["by_length"]) == [str(len(tokens))]
+  # One row of [4 heads, 5120, 5120] float32 scores is 400 MiB and XLA keeps
+  # a few such buffers; the default batch of 16 rows would need over 20 GiB.
+  assert peak - rss_before < 1000, (peak, rss_before)
+
+
+@pytest.mark.slow
+def test_cli(trained, tmp_path):
+  out = tmp_path / "cli.json"
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  proc = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "eval.py"), f"--workdir={trained}", "--step=20",
+       "--splits=valid", "--num_examples=4", f"--out={out}"],
+      capture_output=True, text=True, env=env, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  result = json.loads(out.read_text())
+  assert "valid" in proc.stdout and result["step"] == 20
+  assert result["splits"]["valid"]["examples"] == 4
+  bad = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "eval.py"), f"--workdir={tmp_path}"],
+      capture_output=True, text=True, env=env, timeout=600)
+  assert bad.returncode == 2 and "config.json" in bad.stderr
+
+
+# ----------------------------------------------------------------------------
+# The published-data path: streaming, oracle and chance predictors.
+# ----------------------------------------------------------------------------
+
+
+def test_length_buckets_and_batch_sizes():
+  buckets = np.array(evaluate.length_buckets(6000))
+  assert buckets[0] == 16 and buckets[-1] >= 6000 and np.all(np.diff(buckets) > 0)
+  assert np.all(buckets[1:][buckets[:-1] >= 128] / buckets[:-1][buckets[:-1] >= 128] <= 1.125)
+  budget = 1 << 30
+  for length in (100, 1000, 5133):
+    rows = evaluate.batch_size_for_length(length, num_heads=8, budget=budget, max_batch_size=64)
+    assert rows == 1 or rows * 8 * length**2 * 4 <= budget
+    assert rows == 64 or (rows + 1) * 8 * length**2 * 4 > budget
+  assert evaluate.batch_size_for_length(5133, num_heads=8, budget=budget) == 1
+  assert evaluate.batch_size_for_length(5133, num_heads=8, multiple=4) == 4
+  with pytest.raises(ValueError, match="num_heads=0"):
+    evaluate.batch_size_for_length(10, num_heads=0)
+
+
+def test_published_file_streams_in_budget():
+  budget, heads = 256 << 20, 4
+  path = os.path.join(EXTERNAL, "k8_m20.test")
+  bs = lambda w: evaluate.batch_size_for_length(w, num_heads=heads, budget=budget)
+  seen, shapes = [], set()
+  for batch in evaluate.dyck_file_batches(path, k=8, batch_size_fn=bs):
+    rows, width = batch["inputs"].shape
+    shapes.add((rows, width))
+    assert rows == bs(width)
+    assert np.all(batch["length"][batch["index"] >= 0] <= width)
+    assert np.all(batch["length"][batch["index"] >= 0] > width / 1.125 - 1)
+    seen.extend(batch["index"][batch["index"] >= 0].tolist())
+  assert sorted(seen) == list(range(310))
+  assert max(w for _, w in shapes) >= 5133 and len(shapes) <= 10
+
+
+def select_lines(path, low, high, limit):
+  with open(path) as f:
+    lines = [l for l in f if low <= len(l.split()) <= high]
+  return lines[:limit]
+
+
+@pytest.fixture(scope="module")
+def published_batches(tmp_path_factory):
+  """Published strings from two files, chosen to fill two length buckets."""
+  lines = (select_lines(os.path.join(EXTERNAL, "k8_m10.test"), 705, 768, 12)
+           + select_lines(os.path.join(EXTERNAL, "k8_m20.test"), 2900, 3072, 4))
+  path = tmp_path_factory.mktemp("published") / "sample.txt"
+  path.write_text("".join(lines))
+  bs = lambda w: evaluate.batch_size_for_length(w, num_heads=4, max_batch_size=8)
+  return list(evaluate.dyck_file_batches(str(path), k=8, batch_size_fn=bs)), len(lines)
+
+
+CLOSE_IDS = tuple(range(9, 17))
+VOCAB = 18
+
+
+@jax.jit
+def predictor_counts(targets, mask, key):
+  """Accuracy counts of three reference predictors, built from the targets."""
+  oracle = jax.nn.one_hot(targets, VOCAB) * 10.0
+  uniform = jax.numpy.zeros(targets.shape + (VOCAB,))
+  guess = jax.random.randint(key, targets.shape, CLOSE_IDS[0], CLOSE_IDS[-1] + 1)
+  random_guess = jax.nn.one_hot(guess, VOCAB) * 10.0
+  return {name: metrics.accuracy_counts(logits, targets, mask, close_ids=CLOSE_IDS)
+          for name, logits in (("oracle", oracle), ("uniform", uniform),
+                               ("random", random_guess))}
+
+
+def score_predictor(batches, name):
+  keys = iter(jax.random.split(jax.random.key(0), len(batches)))
+  return evaluate.score_batches(
+      batches, lambda b: predictor_counts(b["targets"], b["mask"], next(keys))[name])
+
+
+def test_oracle_scores_perfectly_on_published_data(published_batches):
+  batches, num_lines = published_batches
+  r = score_predictor(batches, "oracle")
+  assert r["examples"] == num_lines and r["tokens"] > 10_000
+  for key in ("token_accuracy", "sequence_accuracy", "close_accuracy",
+              "close_sequence_accuracy", "che_score"):
+    assert r[key] == 1.0, key
+  assert set(r["by_depth"]) == {"10", "20"} and set(r["by_depth"].values()) == {1.0}
+
+
+def test_chance_predictors_on_published_data(published_batches):
+  batches, _ = published_batches
+  # A uniform distribution: p(correct)/p(any close) = 1/8 is never above 0.8,
+  # and its argmax (the first id, padding) is never a closing bracket.
+  uniform = score_predictor(batches, "uniform")
+  assert uniform["close_accuracy"] == 0.0 and uniform["token_accuracy"] == 0.0
+  # Guessing a closing bracket uniformly at random: 1/8 of positions.
+  guess = score_predictor(batches, "random")
+  sigma = np.sqrt(1 / 8 * 7 / 8 / guess["tokens"])
+  assert abs(guess["token_accuracy"] - 1 / 8) < 4 * sigma
+  assert guess["close_accuracy"] == guess["token_accuracy"]
+  assert guess["sequence_accuracy"] == 0.0
