@@ -113,7 +113,7 @@ def _known_embedding_size(rope) -> int | None:
 
 
 def _spectral_rope(rope, *, where: str, embedding_size: int | None, num_heads: int | None,
-                   per_head: bool, split: str | None, spectral_heads):
+                   per_head: bool, split: str | None, spectral_heads, spectral_pairs):
   """A spectral module with `rope`'s spectrum (`embedding_size` where the rope lacks it)."""
   size = _known_embedding_size(rope)
   if size is None:
@@ -127,7 +127,8 @@ def _spectral_rope(rope, *, where: str, embedding_size: int | None, num_heads: i
       rotary_fraction=getattr(rope, "rotary_dim", size) / size,
       layout=getattr(rope, "layout", "half"))
   if split is not None:
-    return BifocalRoPE(**spectrum, num_heads=num_heads, split=split, spectral_heads=spectral_heads)
+    return BifocalRoPE(**spectrum, num_heads=num_heads, split=split, spectral_heads=spectral_heads,
+                       spectral_pairs=spectral_pairs)
   return SpectralRoPE(**spectrum, num_heads=num_heads if per_head else None)
 
 
@@ -139,6 +140,7 @@ def spectralize(
     num_heads: int | None = None,
     split: Literal["heads", "pairs"] | None = None,
     spectral_heads: int | tuple[int, ...] | None = None,
+    spectral_pairs: int | None = None,
     embedding_size: int | None = None,
 ) -> int:
   """Replaces every fixed RoPE in `model` by a spectral one; returns how many.
@@ -152,7 +154,7 @@ def spectralize(
     num_heads: heads, where the site does not say (`nnx.MultiHeadAttention`
       and `attention.Attention` do).
     split: `"heads"` or `"pairs"`: a `BifocalRoPE` (geometric and spectral
-      eyes) instead; `spectral_heads` as in `BifocalRoPE`.
+      eyes) instead; `spectral_heads` and `spectral_pairs` as in `BifocalRoPE`.
     embedding_size: head dimension, for an `nnx.RoPE` built without its size
       (`nnx.RoPE(theta)` alone) where the site does not say.
 
@@ -170,6 +172,8 @@ def spectralize(
     raise ValueError(f"split must be None, 'heads' or 'pairs', got {split!r}")
   if spectral_heads is not None and split != "heads":
     raise ValueError(f"spectral_heads={spectral_heads!r} needs split='heads', got split={split!r}")
+  if spectral_pairs is not None and split != "pairs":
+    raise ValueError(f"spectral_pairs={spectral_pairs!r} needs split='pairs', got split={split!r}")
   predicate = nnx.filterlib.to_predicate(... if filter is None else filter)
   head_aware = per_head or split is not None
   replacements = []
@@ -202,7 +206,8 @@ def spectralize(
             f"per-head spectra at {where} need as many key heads as query heads, "
             f"got num_kv_heads={kv_heads}, num_heads={heads}")
     new = _spectral_rope(rope, where=where, embedding_size=size, num_heads=heads,
-                         per_head=per_head, split=split, spectral_heads=spectral_heads)
+                         per_head=per_head, split=split, spectral_heads=spectral_heads,
+                         spectral_pairs=spectral_pairs)
     if in_partial:
       if value.args:
         raise ValueError(f"the attention partial at {where} has positional arguments; "
