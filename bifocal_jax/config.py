@@ -60,7 +60,6 @@ def base_config(task_name: str) -> ml_collections.ConfigDict:
       freeze_steps=0,         # held exactly geometric for the first steps,
       clip_norm=1.0,          # their own gradient clipping (no weight decay),
       record_every=10,        # trajectory sampling interval (steps)
-      per_head=True,          # surgery (init_from): one spectrum per head
   ))
   c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
   return c

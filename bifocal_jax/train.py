@@ -418,22 +418,96 @@ def truncate_metrics(path: str, last_step: int) -> None:
 # ----------------------------------------------------------------------------
 
 
-def load_init_params(config, task, mesh):
-  """Params of `config.init_from` (a trained rope run) converted by surgery."""
+INIT_FROM_KINDS = ("spectral", "bifocal")
+
+
+def init_from_config(config, task) -> ml_collections.ConfigDict:
+  """The config of the run `config.init_from` names, checked against `config`.
+
+  `init_from` fine-tunes a trained `rope` run of ours: its latest checkpoint is
+  converted by surgery (`load_init_params`) and training continues with
+  Spectral Evolution from its geometric spectrum. This requires
+    * of the source: a workdir of a `position.kind='rope'` run holding a
+      checkpoint;
+    * of this run: `position.kind` 'spectral' or 'bifocal' (either split), the
+      source's model sizes (`num_layers`, `d_model`, `num_heads`, `head_dim`,
+      `mlp_dim`) and rotary spectrum (`position.base`, `position.layout`),
+      and a task with the source's vocabulary size and direction (causal or
+      not).
+  Anything else (task lengths, steps, learning rates, dtype, batch, mesh) may
+  differ. Raises `ConfigError` naming `config.init_from` otherwise.
+  """
+  source_dir = config.init_from
+
+  def fail(why):
+    raise config_lib.ConfigError(f"config.init_from={source_dir!r}: {why}")
+
+  path = os.path.join(source_dir, "config.json")
+  if not os.path.isfile(path):
+    fail("no config.json there (not a training run directory)")
+  with open(path) as f:
+    source = ml_collections.ConfigDict(json.load(f))
+  if source.position.kind != "rope":
+    fail(f"the source run has position.kind={source.position.kind!r}; init_from converts a "
+         "'rope' run")
+  if config.position.kind not in INIT_FROM_KINDS:
+    fail(f"needs position.kind in {INIT_FROM_KINDS} (the spectral model it becomes), "
+         f"got {config.position.kind!r}")
+  sizes = lambda c: (c.model.num_layers,) + model_lib.resolved_dims(c.model)
+  if sizes(source) != sizes(config):
+    names = ("num_layers", "d_model", "num_heads", "head_dim", "mlp_dim")
+    fail("model sizes differ from the source run's: " + ", ".join(
+        f"model.{n}={b} (source {a})" for n, a, b in zip(names, sizes(source), sizes(config))
+        if a != b))
+  for key in ("base", "layout"):
+    if source.position[key] != config.position[key]:
+      fail(f"position.{key}={config.position[key]!r} differs from the source run's "
+           f"{source.position[key]!r}")
+  source_task = tasks.get_task(source.task)
+  if (source_task.vocab_size, source_task.causal) != (task.vocab_size, task.causal):
+    fail(f"task {task.name!r} (vocab {task.vocab_size}, causal={task.causal}) does not fit the "
+         f"source run's task {source_task.name!r} (vocab {source_task.vocab_size}, "
+         f"causal={source_task.causal})")
+  if not checkpoint_steps(source_dir):
+    fail(f"no checkpoint in {checkpoint_lib.checkpoint_dir(source_dir)}")
+  return source
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+  """Steps checkpointed in `workdir` (none when it has no checkpoint directory)."""
+  if not os.path.isdir(checkpoint_lib.checkpoint_dir(workdir)):
+    return []
+  ckpt = checkpoint_lib.Checkpointer(workdir, save_every=1, keep=1, read_only=True)
+  try:
+    return ckpt.steps()
+  finally:
+    ckpt.close()
+
+
+def load_init_params(config, source_config, mesh):
+  """This run's initial params: the latest checkpoint of `config.init_from`
+  (its config `source_config`, see `init_from_config`) converted by surgery into
+  `config.position`'s spectral rope, so the model computes the same function."""
   from bifocal_jax import surgery  # pylint: disable=g-import-not-at-top
-  with open(os.path.join(config.init_from, "config.json")) as f:
-    source_config = ml_collections.ConfigDict(json.load(f))
-  source = ml_collections.ConfigDict(config.to_dict())
-  source.position = source_config.position
-  source.model = source_config.model
-  src_setup, src_state = setup(source, mesh, task=task)
+  source_config = ml_collections.ConfigDict(source_config.to_dict())
+  source_config.mesh = config.mesh
+  src_setup, _ = setup(source_config, mesh)
   ckpt = checkpoint_lib.Checkpointer(config.init_from, save_every=1, keep=1, read_only=True)
-  restored = ckpt.restore_latest(src_setup.abstract_state)
-  ckpt.close()
-  if restored is None:
-    raise ValueError(f"config.init_from={config.init_from!r}: no checkpoint there")
-  model = nnx.merge(src_setup.graphdef, restored[1]["params"], src_setup.constants)
-  surgery.spectralize(model, per_head=config.spectral.per_head)
+  try:
+    _, state, _ = ckpt.restore_latest(src_setup.abstract_state)
+  finally:
+    ckpt.close()
+  model = nnx.merge(src_setup.graphdef, state["params"], src_setup.constants)
+  position = config.position
+  if position.kind == "spectral":
+    surgery.spectralize(model, per_head=True)
+  else:  # bifocal: the eyes `attention.make_rope` builds from the same keys
+    surgery.spectralize(
+        model, split=position.split,
+        spectral_heads=(position.spectral_heads
+                        if position.split == "heads" and position.spectral_heads != -1 else None),
+        spectral_pairs=(position.spectral_pairs
+                        if position.split == "pairs" and position.spectral_pairs != -1 else None))
   return nnx.state(model, nnx.Param)
 
 
@@ -442,6 +516,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   """Trains (resuming from `workdir` if it holds a checkpoint); returns final metrics."""
   config_lib.validate(config, num_devices=jax.device_count(),
                       num_processes=jax.process_count(), workdir=workdir)
+  task = tasks.get_task(config.task)
+  # Checked before anything touches the workdir; used only if it has no checkpoint.
+  source_config = init_from_config(config, task) if config.init_from else None
   is_main = jax.process_index() == 0
   workdir = os.path.abspath(workdir)
   check_workdir_config(workdir, config, overwrite=overwrite)
@@ -451,18 +528,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       json.dump(config_to_json(config), f, indent=2, sort_keys=True)
 
   mesh = sharding_lib.make_mesh(config.mesh)
-  task = tasks.get_task(config.task)
   with jax.set_mesh(mesh):
-    return _run(config, workdir, mesh, task, is_main)
+    return _run(config, workdir, mesh, task, is_main, source_config)
 
 
-def _run(config, workdir, mesh, task, is_main):
+def _run(config, workdir, mesh, task, is_main, source_config):
   params_override = None
   ckpt = checkpoint_lib.Checkpointer(
       workdir, save_every=config.checkpoint_every, keep=config.keep_checkpoints,
       async_save=config.async_checkpointing)
-  if config.init_from and not ckpt.steps():
-    params_override = load_init_params(config, task, mesh)
+  if source_config is not None and not ckpt.steps():
+    params_override = load_init_params(config, source_config, mesh)
   s, state = setup(config, mesh, task=task, params_override=params_override)
   restored = ckpt.restore_latest(s.abstract_state)
   buckets = tuple(config.buckets) or pipeline.length_buckets(task.max_sequence_length("train"))
