@@ -53,7 +53,7 @@ def test_notebook_runs_on_cpu(tmp_path, monkeypatch):
   # The run trained in a fresh directory under TMPDIR and recorded its metrics.
   (workdir,) = [p for p in tmp_path.iterdir() if p.name.startswith("bifocal_quickstart_")]
   steps = [json.loads(line)["step"] for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-  assert steps[-1] == 30
+  assert steps[-1] == json.loads((workdir / "config.json").read_text())["steps"]
   # The trajectory plot was shown, and evaluation wrote its results.
   images = [o for c in code_cells for o in c.outputs if "image/png" in o.get("data", {})]
   assert len(images) == 1
