@@ -122,6 +122,18 @@ def test_valid_outputs_ignore_padding(name, kind, overrides, position_config):
   assert np.max(np.abs(unmasked[valid])) > 1e-3
 
 
+def test_query_chunks_do_not_change_the_output(position_config):
+  """Chunked queries (4 of 6: two chunks, the last padded) keep the causal mask and the
+  ALiBi distances aligned."""
+  def layer(query_chunk):
+    return attention.Attention(D_MODEL, HEADS, HEAD_DIM, position_config("alibi"), causal=True,
+                               query_chunk=query_chunk, rngs=nnx.Rngs(0))
+  x, positions, _ = inputs()
+  valid = jnp.asarray([[1, 1, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1]], bool)
+  whole = output(layer(SEQ), x, positions, valid)
+  np.testing.assert_allclose(output(layer(4), x, positions, valid)[valid], whole[valid], atol=1e-6)
+
+
 def test_alibi_slopes_are_a_buffer(position_config):
   layer = make_layer(position_config("alibi"))
   assert not isinstance(layer.alibi_slopes, nnx.Param)
