@@ -19,6 +19,8 @@ from bifocal_jax import rope
 
 D_MODEL, HEADS, HEAD_DIM, BATCH, SEQ = 16, 2, 8, 2, 6
 
+pytestmark = pytest.mark.usefixtures("fast_compiles")
+
 # (test id, position.kind, overrides): every kind, and bifocal split both ways.
 CASES = [(kind, kind, {}) for kind in attention.POSITION_KINDS] + [
     ("bifocal_pairs", "bifocal", {"split": "pairs"})]

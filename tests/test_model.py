@@ -1,13 +1,8 @@
 """The transformer (`bifocal_jax/model.py`) for every `position.kind`.
 
 Compiles dominate the run time, so each model structure is compiled once, by
-`run_model` (`jax.jit` of split state, `nnx.value_and_grad`, `jax.vmap`), and
-its causal and padding tests reuse that compile. `nnx.jit` through the model
-is exercised by the randomized-positions test, and for every kind through the
-attention layer in `test_attention.py`.
+`run_model`, and its causal and padding tests reuse that compile.
 """
-
-import functools
 
 import chex
 import jax
@@ -23,6 +18,8 @@ from bifocal_jax import rope
 
 VOCAB, BATCH, SEQ = 16, 2, 6
 KINDS = attention.POSITION_KINDS
+
+pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 
 def tiny_config(**overrides):
@@ -54,31 +51,24 @@ def next_token_loss(logits_BxLxV, tokens_BxL):
   return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits_BxLxV[:, :-1]) * targets, axis=-1))
 
 
-# The programs here are tiny, so compiling is all their cost; XLA's backend
-# optimisations would take a third of it for nothing.
-@functools.partial(jax.jit, static_argnums=0,
-                   compiler_options={"xla_backend_optimization_level": 0})
-def _run_model(graphdef, state, tokens, valid, positions):
+@nnx.jit
+def run_model(model, tokens, valid, positions):
+  """(logits, gradients of the next-token loss, logits of vmap over the batch).
+
+  One compile per model structure, reused by every test of that structure.
+  """
   def loss(model):
     logits = model(tokens, valid, positions_BxL=positions)
     return next_token_loss(logits, tokens), logits
-  (_, logits), grads = nnx.value_and_grad(loss, has_aux=True)(nnx.merge(graphdef, state))
-
+  (_, logits), grads = nnx.value_and_grad(loss, has_aux=True)(model)
   # vmap over the batch axis of a pure function of the split state.
+  graphdef, state = nnx.split(model)
+
   def one_sequence(state, tokens_L, valid_L, positions_L):
     model = nnx.merge(graphdef, state)
     return model(tokens_L[None], valid_L[None], positions_BxL=positions_L[None])[0]
   per_sequence = jax.vmap(one_sequence, in_axes=(None, 0, 0, 0))(state, tokens, valid, positions)
   return logits, grads, per_sequence
-
-
-def run_model(model, tokens, valid, positions):
-  """(logits, gradients of the next-token loss, logits of vmap over the batch).
-
-  One compile per model structure (the static graphdef), reused by every test
-  of that structure.
-  """
-  return _run_model(*nnx.split(model), tokens, valid, positions)
 
 
 def logits(model, tokens, valid, positions):
