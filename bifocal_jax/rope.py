@@ -293,10 +293,10 @@ class SpectralRoPE(_RopeBase):
     if init_frequencies is None:
       init_frequencies = geometric_frequencies(self.rotary_dim, self.theta)
     init_frequencies = jnp.asarray(init_frequencies, jnp.float32)
-    if init_frequencies.shape[-1] != pairs or _any_nonpositive(init_frequencies):
-      raise ValueError(
-          f"init_frequencies must be positive with {pairs} pairs, got shape {init_frequencies.shape}")
     shape = (pairs,) if num_heads is None else (num_heads, pairs)
+    if init_frequencies.shape not in ((pairs,), shape) or _any_nonpositive(init_frequencies):
+      raise ValueError(f"init_frequencies must be positive, of shape ({pairs},) or {shape}, "
+                       f"got shape {init_frequencies.shape}")
     self.log_frequency = SpectralFrequency(jnp.broadcast_to(jnp.log(init_frequencies), shape))
 
   def frequencies(self) -> jax.Array:

@@ -375,6 +375,10 @@ def test_modules_keep_bfloat16(module):
     (lambda: rope.BifocalRoPE(BASE, 8, num_heads=0), r"num_heads.*0"),
     (lambda: rope.SpectralRoPE(BASE, 8, init_frequencies=jnp.array([1.0, -1.0, 1.0, 1.0])),
      r"init_frequencies"),
+    (lambda: rope.SpectralRoPE(BASE, 8, init_frequencies=jnp.ones((2, 4))),
+     r"init_frequencies.*\(2, 4\)"),
+    (lambda: rope.BifocalRoPE(BASE, 8, num_heads=2, init_frequencies=jnp.zeros(4)),
+     r"init_frequencies"),
     (lambda: rope.alibi_slopes(0), r"num_heads.*0"),
     (lambda: rope.randomized_positions(jax.random.key(0), (2, 9), 8), r"max_position.*8"),
 ])
