@@ -31,4 +31,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=launch.flags_parser(_CONFIG))

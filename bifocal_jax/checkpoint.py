@@ -9,14 +9,17 @@ Layout of `WORKDIR/checkpoints/<step>/`:
   meta        step, process count and the resolved config (JSON).
 
 Restoring walks back from the newest step: a damaged checkpoint (a file
-missing or truncated) is reported with a warning naming it, and the next older
-one is used. If every checkpoint is damaged the run stops: it never restarts
-silently from scratch.
+missing or truncated) is reported with a warning naming it, moved to
+`WORKDIR/damaged_checkpoints/<step>` (kept for inspection, and out of the way
+of the step's new save), and the next older one is used. If every checkpoint
+is damaged the run stops: it never restarts silently from scratch. A save cut
+short by a crash leaves only a temporary directory, removed on the next start.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 
 import grain
@@ -25,6 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
+
+from bifocal_jax import sharding as sharding_lib
 
 
 class CheckpointError(RuntimeError):
@@ -67,8 +72,11 @@ class Checkpointer:
                read_only: bool = False):
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, save_interval_steps=save_every,
-        enable_async_checkpointing=async_save, create=not read_only, read_only=read_only)
+        enable_async_checkpointing=async_save, create=not read_only, read_only=read_only,
+        cleanup_tmp_directories=not read_only)
+    self.read_only = read_only
     self.directory = checkpoint_dir(workdir)
+    self.damaged_directory = os.path.join(os.path.dirname(self.directory), "damaged_checkpoints")
     self.manager = ocp.CheckpointManager(self.directory, options=options)
 
   def steps(self) -> list[int]:
@@ -107,12 +115,26 @@ class Checkpointer:
               "falling back to an older one", flush=True)
         damaged.append(step)
         continue
+      if damaged and not self.read_only:
+        self._set_aside(damaged)
       return step, state, dict(restored["meta"])
     if damaged:
       raise CheckpointError(
           f"every checkpoint in {self.directory} is damaged (steps {damaged}); "
           "refusing to restart from scratch: move the directory away to start over")
     return None
+
+  def _set_aside(self, steps: list[int]) -> None:
+    """Moves damaged checkpoints out of the manager's directory (process 0; all wait)."""
+    if jax.process_index() == 0:
+      os.makedirs(self.damaged_directory, exist_ok=True)
+      for step in steps:
+        target = os.path.join(self.damaged_directory, str(step))
+        if os.path.exists(target):
+          shutil.rmtree(target)
+        os.replace(os.path.join(self.directory, str(step)), target)
+    sharding_lib.barrier("damaged checkpoints set aside")
+    self.manager.reload()
 
   def restore_data(self, step: int, data_iterator) -> bool:
     """Restores the iterator state saved at `step`; False if not restorable here."""

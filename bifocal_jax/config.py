@@ -98,8 +98,9 @@ def validate(config: ml_collections.ConfigDict, *, num_devices: int, num_process
   # Task (ranges, depths) and model shapes.
   try:
     task = tasks.get_task(config.task)
-  except ValueError as e:
-    raise ConfigError(f"config.task: {e}") from None
+  except ValueError as e:  # the task's messages name their key as `task.KEY=VALUE`
+    message = f"config.{e}" if str(e).startswith("task.") else f"config.task: {e}"
+    raise ConfigError(message) from None
   m = config.model
   try:
     d_model, heads, head_dim, _ = model_lib.resolved_dims(m)
@@ -147,8 +148,14 @@ def validate(config: ml_collections.ConfigDict, *, num_devices: int, num_process
   if config.batch_size % num_processes:
     _fail("batch_size", config.batch_size, f"must be divisible by the {num_processes} processes")
   if config.buckets:
-    if any(b <= 0 for b in config.buckets) or list(config.buckets) != sorted(config.buckets):
-      _fail("buckets", tuple(config.buckets), "must be increasing positive lengths")
+    longest = task.max_sequence_length("train")
+    if (any(b <= 0 for b in config.buckets) or list(config.buckets) != sorted(config.buckets)
+        or config.buckets[-1] < longest):
+      _fail("buckets", tuple(config.buckets), f"must be increasing positive lengths, the last "
+            f">= {longest} (the longest training sequence)")
+  if not 1 <= config.eval_examples <= task.split("valid").size:
+    _fail("eval_examples", config.eval_examples,
+          f"must be in [1, {task.split('valid').size}] (the size of the valid split)")
   if workdir is not None:
     parent = os.path.abspath(workdir)
     while not os.path.exists(parent):

@@ -8,7 +8,9 @@ Exit statuses: 0 done (or preempted and saved), 2 bad input (config, workdir),
 from __future__ import annotations
 
 import os
+import re
 import sys
+import traceback
 
 import jax
 from absl import flags
@@ -43,9 +45,56 @@ def initialize_distributed() -> None:
 
 
 def fail(message: str, status: int = 2):
-  """One line on stderr, no traceback."""
+  """One line on stderr, no traceback, and exit with `status`.
+
+  In a multi-process run the process exits at once: JAX's orderly shutdown
+  waits at a barrier for every peer, and after a failure some may never come.
+  """
   print(f"error: {message}", file=sys.stderr, flush=True)
+  if jax.distributed.is_initialized():
+    logging.flush()
+    sys.stdout.flush()
+    os._exit(status)
   sys.exit(status)
+
+
+def _gist(error: BaseException) -> str:
+  """The first line of a runtime error, without XLA's repeated prefixes."""
+  line = str(error).splitlines()[0] if str(error) else type(error).__name__
+  return re.sub(r"(Error dispatching computation: )+", "", line)
+
+
+def describe_flag_error(error: BaseException, argv) -> str:
+  """One line for a flag that failed to parse or a config file that failed to load."""
+  context = error.__context__
+  if isinstance(error, AttributeError) and isinstance(context, KeyError):
+    # An override of a key the config lacks: ml_collections names the last
+    # component only, and may suggest a close key on the next line.
+    key, *hint = str(context.args[0]).splitlines()
+    key = key.strip("'")
+    flag = next((a.split("=")[0] for a in argv
+                 if a.startswith("--config.") and a.split("=")[0].endswith("." + key)),
+                f"--config.*.{key}")
+    return f"{flag}: no such config key" + (f" ({hint[0]})" if hint else "")
+  # Messages of config files that fail to load span lines (a traceback even):
+  # the last line says what went wrong.
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  return lines[-1] if lines else type(error).__name__
+
+
+def flags_parser(*config_flags):
+  """An `app.run` flags parser: a bad flag, config file or `--config.KEY`
+  override is one line on stderr and exit status 2 (not usage text or a
+  traceback). Config files load here, so their errors are reported here too."""
+  def parse(argv):
+    try:
+      args = flags.FLAGS(argv)
+      for config_flag in config_flags:
+        config_flag.value.keys()  # a config that failed to load raises only when used
+    except Exception as e:  # pylint: disable=broad-except
+      fail(describe_flag_error(e, argv))
+    return args
+  return parse
 
 
 def run_training(config, workdir: str, *, overwrite: bool = False) -> int:
@@ -53,13 +102,10 @@ def run_training(config, workdir: str, *, overwrite: bool = False) -> int:
   from bifocal_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from bifocal_jax import train  # pylint: disable=g-import-not-at-top
   initialize_distributed()
-  # Validate before anything touches the workdir.
   try:
+    # Validated before anything touches the workdir (`train_and_evaluate` checks again).
     config_lib.validate(config, num_devices=jax.device_count(), workdir=workdir,
                         num_processes=jax.process_count())
-  except ValueError as e:
-    fail(str(e))
-  try:
     train.train_and_evaluate(config, workdir, overwrite=overwrite)
   except (config_lib.ConfigError, train.WorkdirConflictError) as e:
     fail(str(e))
@@ -67,6 +113,12 @@ def run_training(config, workdir: str, *, overwrite: bool = False) -> int:
     fail(str(e), status=1)
   except jax.errors.JaxRuntimeError as e:
     logging.exception("runtime failure")
-    fail(f"runtime failure (a lost peer or device?): {str(e).splitlines()[0]}", status=1)
+    fail(f"runtime failure (a lost peer or device?): {_gist(e)}", status=1)
+  except KeyboardInterrupt:
+    fail("interrupted; re-run the same command to resume from the last checkpoint", status=130)
+  except Exception:  # pylint: disable=broad-except
+    if not jax.distributed.is_initialized():
+      raise
+    traceback.print_exc()
+    fail("the run failed (traceback above)", status=1)
   return 0
-

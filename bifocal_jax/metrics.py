@@ -44,16 +44,21 @@ def accuracy_counts(logits_BxLxV, targets_BxL, mask_BxL, *, close_ids=None, rati
 
 class MetricWriter:
   """Appends one JSON object per logged step to `metrics.jsonl` and mirrors
-  scalars to TensorBoard (tensorboardX). Only the writing process writes."""
+  scalars to TensorBoard (tensorboardX). Only the writing process writes.
 
-  def __init__(self, workdir: str, *, enabled: bool = True):
+  A run resumed at `start_step` tells TensorBoard to drop the events it had
+  logged past that step (they are logged again).
+  """
+
+  def __init__(self, workdir: str, *, enabled: bool = True, start_step: int = 0):
     self.enabled = enabled
     self.path = os.path.join(workdir, "metrics.jsonl")
     self._tb = None
     if enabled:
       os.makedirs(workdir, exist_ok=True)
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"),
+                               purge_step=start_step + 1 if start_step else None)
 
   def write(self, step: int, scalars: dict) -> None:
     if not self.enabled:

@@ -17,6 +17,7 @@ notebooks call `train_and_evaluate` directly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -203,8 +204,9 @@ def make_train_step(s: Setup):
     params = jax.tree.map(lambda o, n: jnp.where(keep_old, o, n), state["params"], params)
     opt_state = jax.tree.map(lambda o, n: jnp.where(keep_old, o, n), state["opt_state"], opt_state)
     first_bad = (~finite) & ~already_bad & (not nan_skip)
+    # Named like metrics and checkpoints name steps: the update that makes step + 1.
     nonfinite = dict(
-        step=jnp.where(first_bad, step, state["nonfinite"]["step"]),
+        step=jnp.where(first_bad, step + 1, state["nonfinite"]["step"]),
         what=jnp.where(first_bad, jnp.where(finite_loss, 2, 1), state["nonfinite"]["what"]))
     new_step = jnp.where(keep_old & ~jnp.asarray(nan_skip), step, step + 1)
 
@@ -245,7 +247,8 @@ def make_train_step(s: Setup):
 
 
 def make_eval_step(s: Setup, *, close_ids=None):
-  """`counts = eval_step(params, batch, rng)`: per-example accuracy counts."""
+  """`counts = eval_step(params, batch, rng)`: per-example accuracy counts of the
+  global batch, replicated (so every process can read them)."""
 
   def eval_step(params, batch, rng):
     model = nnx.merge(s.graphdef, params, s.constants)
@@ -256,7 +259,7 @@ def make_eval_step(s: Setup, *, close_ids=None):
     counts["loss_sum"] = loss * weight
     return counts
 
-  return jax.jit(eval_step)
+  return jax.jit(eval_step, out_shardings=sharding_lib.replicated(s.mesh))
 
 
 # ----------------------------------------------------------------------------
@@ -294,11 +297,9 @@ def evaluate_split(s: Setup, params, split: str, *, num_examples: int | None, ba
   totals: dict[str, float] = {}
   rng = jax.random.key(s.config.seed + 1)
   for batch in batches:
-    counts = eval_step(params, to_global_batch(batch, s.mesh), rng)
-    counts = jax.device_get(counts)
-    valid_rows = np.asarray(jax.device_get(
-        jax.make_array_from_process_local_data(
-            sharding_lib.batch_sharding(s.mesh), np.asarray(batch["valid"]).any(-1))))
+    global_batch = to_global_batch(batch, s.mesh)
+    counts = jax.device_get(eval_step(params, global_batch, rng))
+    valid_rows = np.asarray(jax.device_get(_valid_rows(s.mesh)(global_batch["valid"])))
     for k, v in counts.items():
       v = np.asarray(v, np.float64)
       totals[k] = totals.get(k, 0.0) + float(v.sum() if v.ndim == 0 else v[valid_rows].sum())
@@ -316,15 +317,27 @@ def evaluate_split(s: Setup, params, split: str, *, num_examples: int | None, ba
   return out
 
 
-class PreemptionGuard:
-  """Turns SIGTERM/SIGINT into a flag the loop checks between steps."""
+@functools.cache
+def _valid_rows(mesh):
+  """`rows = f(valid_BxL)`: the rows holding an example, replicated to every process."""
+  return jax.jit(lambda valid: valid.any(-1), out_shardings=sharding_lib.replicated(mesh))
 
-  def __init__(self):
+
+class PreemptionGuard:
+  """Turns SIGTERM/SIGINT into a flag the loop checks between steps.
+
+  Single-process runs only: with several processes, each would see its signal
+  at a different step, so there SIGTERM is left to JAX's preemption service,
+  which agrees on one step for all of them (`Checkpointer.reached_preemption`).
+  """
+
+  def __init__(self, *, enabled: bool = True):
+    self.enabled = enabled
     self.signal = None
     self._previous = {}
 
   def __enter__(self):
-    if threading.current_thread() is threading.main_thread():
+    if self.enabled and threading.current_thread() is threading.main_thread():
       for sig in (signal.SIGTERM, signal.SIGINT):
         self._previous[sig] = signal.signal(sig, self._handle)
     return self
@@ -368,7 +381,8 @@ def config_differences(old: dict, new: dict) -> list[str]:
 
 
 def check_workdir_config(workdir: str, config, *, overwrite: bool) -> None:
-  """Refuses a workdir holding a different experiment (unless `overwrite`)."""
+  """Refuses a workdir holding a different experiment; with `overwrite`, process 0
+  deletes that run's outputs instead."""
   path = os.path.join(workdir, "config.json")
   if not os.path.exists(path):
     return
@@ -381,6 +395,8 @@ def check_workdir_config(workdir: str, config, *, overwrite: bool) -> None:
   if not diffs:
     return
   if overwrite:
+    if jax.process_index() != 0:
+      return
     for name in ("checkpoints", "metrics.jsonl", "tensorboard", "eval", "config.json"):
       target = os.path.join(workdir, name)
       if os.path.isdir(target):
@@ -513,7 +529,11 @@ def load_init_params(config, source_config, mesh):
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                        overwrite: bool = False) -> dict:
-  """Trains (resuming from `workdir` if it holds a checkpoint); returns final metrics."""
+  """Trains (resuming from `workdir` if it holds a checkpoint).
+
+  Returns the last logged metrics with `step`, plus `preempted_at` when a
+  signal stopped the run (after saving it).
+  """
   config_lib.validate(config, num_devices=jax.device_count(),
                       num_processes=jax.process_count(), workdir=workdir)
   task = tasks.get_task(config.task)
@@ -524,12 +544,60 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   check_workdir_config(workdir, config, overwrite=overwrite)
   if is_main:
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      json.dump(config_to_json(config), f, indent=2, sort_keys=True)
+    _write_json_atomically(os.path.join(workdir, "config.json"), config_to_json(config))
+  # The others go on once process 0 has cleared (`overwrite`) and claimed the workdir.
+  sharding_lib.barrier("workdir ready")
 
   mesh = sharding_lib.make_mesh(config.mesh)
   with jax.set_mesh(mesh):
     return _run(config, workdir, mesh, task, is_main, source_config)
+
+
+def _write_json_atomically(path: str, value) -> None:
+  """A crash while writing leaves the old file, never a truncated one."""
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(value, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+class MetricsWindow:
+  """Per-step metrics summed on device since the last log step.
+
+  Saved with each checkpoint (`to_json`), so that a run resumed between two
+  log steps logs exactly the numbers an uninterrupted run logs.
+  """
+
+  def __init__(self, sums: dict | None = None, steps: int = 0):
+    self.sums, self.steps = sums, steps
+
+  def add(self, metrics: dict) -> None:
+    self.sums = metrics if self.sums is None else jax.tree.map(jnp.add, self.sums, metrics)
+    self.steps += 1
+
+  def to_json(self) -> dict:
+    sums = {} if self.sums is None else jax.device_get(self.sums)
+    return dict(steps=self.steps,
+                sums={k: [np.asarray(v).item(), str(np.asarray(v).dtype)] for k, v in sums.items()})
+
+  @classmethod
+  def from_json(cls, value: dict | None) -> MetricsWindow:
+    if not value or not value["steps"]:
+      return cls()
+    sums = {k: np.asarray(v, dtype) for k, (v, dtype) in value["sums"].items()}
+    return cls(sums, value["steps"])
+
+
+def _test_signal() -> tuple[int, signal.Signals] | None:
+  """Test-only hook: `BIFOCAL_TEST_SIGNAL=STEP:NAME` (e.g. `20:KILL`, `7:TERM`)
+  makes the process send itself SIGNAME after step STEP. At a checkpoint step
+  the signal comes right after that step's save began, so a KILL lands during
+  the asynchronous save; at other steps, once earlier saves are complete."""
+  spec = os.environ.get("BIFOCAL_TEST_SIGNAL")
+  if not spec:
+    return None
+  step, name = spec.split(":")
+  return int(step), signal.Signals["SIG" + name]
 
 
 def _run(config, workdir, mesh, task, is_main, source_config):
@@ -551,13 +619,15 @@ def _run(config, workdir, mesh, task, is_main, source_config):
         start_step=start_step)
     return iter(ds)
 
-  start = 0
+  start, window = 0, MetricsWindow()
   if restored is not None:
-    start, state, meta = restored
+    start, state, restored_meta = restored
     data_iter = make_iterator(0)
-    if meta.get("process_count") != jax.process_count() or not ckpt.restore_data(start, data_iter):
+    if (restored_meta.get("process_count") != jax.process_count()
+        or not ckpt.restore_data(start, data_iter)):
       # Iterator state is tied to the process layout: rebuild at the step instead.
       data_iter = make_iterator(start)
+    window = MetricsWindow.from_json(restored_meta.get("metrics_window"))
     logging.info("resumed from step %d", start)
     if is_main:
       print(f"resuming {workdir} from step {start}", flush=True)
@@ -566,9 +636,10 @@ def _run(config, workdir, mesh, task, is_main, source_config):
   if is_main:
     truncate_metrics(os.path.join(workdir, "metrics.jsonl"), start)
 
-  train_step = make_train_step(s)
-  eval_step = make_eval_step(s, close_ids=dyck_close_ids(task))
-  writer = metrics_lib.MetricWriter(workdir, enabled=is_main)
+  train_step = sharding_lib.compile_ahead(make_train_step(s), "train_step")
+  eval_step = sharding_lib.compile_ahead(make_eval_step(s, close_ids=dyck_close_ids(task)),
+                                         "eval_step")
+  writer = metrics_lib.MetricWriter(workdir, enabled=is_main, start_step=start)
   meta = dict(process_count=jax.process_count(), config=config_to_json(config))
 
   def trajectory_numpy(st):
@@ -585,42 +656,48 @@ def _run(config, workdir, mesh, task, is_main, source_config):
           f"such updates instead)")
 
   def save(st, step, force=False):
-    check_finite(st)
-    ckpt.save(step, st, data_iter, trajectory_numpy(st), dict(meta, step=step), force=force)
+    check_finite(st)  # never checkpoint a state past a non-finite step
+    return ckpt.save(step, st, data_iter, trajectory_numpy(st),
+                     dict(meta, step=step, metrics_window=window.to_json()), force=force)
+
+  def summarize(step, last):
+    sums = jax.device_get(window.sums)
+    dt = time.perf_counter() - timer_start
+    out = dict(
+        loss=float(sums["loss"]) / window.steps,
+        accuracy=float(sums["token_correct"]) / max(float(sums["token_total"]), 1.0),
+        grad_norm=float(sums["grad_norm"]) / window.steps,
+        spectral_grad_norm=float(sums["spectral_grad_norm"]) / window.steps,
+        spectral_drift=float(last["spectral_drift"]),
+        learning_rate=float(s.schedules["learning_rate"](step - 1)),
+        spectral_learning_rate=float(s.schedules["spectral_learning_rate"](step - 1)),
+        skipped_steps=int(sums["skipped"]),
+        steps_per_sec=timed_steps / dt,
+        tokens_per_sec=timed_tokens / dt)
+    if config.peak_flops > 0:
+      out["mfu"] = flops_per_step * timed_steps / dt / config.peak_flops
+    return out
 
   seq_len = buckets[-1]
   flops_per_step = model_lib.flops_per_token(
       config.model, vocab_size=task.vocab_size, seq_len=seq_len) * config.batch_size * seq_len
   bar = _progress(config, start, is_main)
+  kill_at = _test_signal()
   summary: dict = {}
-  window_t, window_steps, window_tokens = time.perf_counter(), 0, 0
-  acc = None
-  step = start
-  with PreemptionGuard() as guard:
+  # Throughput is timed over the steps of this process only (not a restored window).
+  timer_start, timed_steps, timed_tokens = time.perf_counter(), 0, 0
+  step = saved = start
+  with PreemptionGuard(enabled=jax.process_count() == 1) as guard:
     try:
       while step < config.steps:
         batch = next(data_iter)
         state, m = train_step(state, to_global_batch(batch, mesh))
         step += 1
-        window_steps += 1
-        window_tokens += int(np.asarray(batch["valid"]).sum()) * jax.process_count()
-        acc = m if acc is None else jax.tree.map(jnp.add, acc, m)
+        window.add(m)
+        timed_steps += 1
+        timed_tokens += int(np.asarray(batch["valid"]).sum()) * jax.process_count()
         if step % config.log_every == 0 or step == config.steps:
-          acc = jax.device_get(acc)
-          dt = time.perf_counter() - window_t
-          summary = dict(
-              loss=float(acc["loss"]) / window_steps,
-              accuracy=float(acc["token_correct"]) / max(float(acc["token_total"]), 1.0),
-              grad_norm=float(acc["grad_norm"]) / window_steps,
-              spectral_grad_norm=float(acc["spectral_grad_norm"]) / window_steps,
-              spectral_drift=float(m["spectral_drift"]),
-              learning_rate=float(s.schedules["learning_rate"](step - 1)),
-              spectral_learning_rate=float(s.schedules["spectral_learning_rate"](step - 1)),
-              skipped_steps=int(acc["skipped"]),
-              steps_per_sec=window_steps / dt,
-              tokens_per_sec=window_tokens / dt)
-          if config.peak_flops > 0:
-            summary["mfu"] = flops_per_step * window_steps / dt / config.peak_flops
+          summary = summarize(step, m)
           if step % config.eval_every == 0 or step == config.steps:
             valid = evaluate_split(s, state["params"], "valid", num_examples=config.eval_examples,
                                    batch_size=config.eval_batch_size, eval_step=eval_step)
@@ -629,24 +706,31 @@ def _run(config, workdir, mesh, task, is_main, source_config):
           if bar is not None:
             bar.set_postfix(loss=f"{summary['loss']:.4f}", tok_s=f"{summary['tokens_per_sec']:.0f}")
           check_finite(state)
-          acc = None
-          window_t, window_steps, window_tokens = time.perf_counter(), 0, 0
+          window = MetricsWindow()
+          timer_start, timed_steps, timed_tokens = time.perf_counter(), 0, 0
         if bar is not None:
           bar.update(1)
-        if step % config.checkpoint_every == 0:
-          save(state, step)
+        if step % config.checkpoint_every == 0 and save(state, step):
+          saved = step
+        if kill_at is not None and step == kill_at[0]:
+          if saved != step:
+            ckpt.wait()  # deterministic tests: earlier saves are complete
+          os.kill(os.getpid(), kill_at[1])
         if guard.signal is not None or ckpt.reached_preemption(step):
-          save(state, step, force=True)
+          if saved != step:
+            save(state, step, force=True)
           ckpt.wait()
-          msg = f"preempted ({guard.signal or 'preemption notice'}): saved step {step} in {workdir}; re-run the same command to resume"
+          msg = (f"preempted ({guard.signal or 'preemption notice'}): saved step {step} in "
+                 f"{workdir}; re-run the same command to resume")
           logging.warning(msg)
           if is_main:
             print(msg, flush=True)
           summary["preempted_at"] = step
-          return summary
-      if step not in ckpt.steps():
-        save(state, step, force=True)
-      ckpt.wait()
+          break
+      else:
+        if saved != step:
+          save(state, step, force=True)
+        ckpt.wait()
     finally:
       if bar is not None:
         bar.close()
