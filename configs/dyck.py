@@ -20,12 +20,12 @@ from bifocal_jax import config as config_lib
 def get_config(arg=None):
   c = config_lib.base_config("dyck")
   c.position.kind = "bifocal"
-  c.model.num_layers = 2
+  c.model.num_layers = 3
   c.model.d_model = 64
   c.model.num_heads = 4
-  c.steps = 2000
+  c.steps = 1500
   c.batch_size = 32
-  c.learning_rate = 3e-3
+  c.learning_rate = 6e-3
   c.warmup_steps = 100
   c.checkpoint_every = 500
   c.eval_every = 500
