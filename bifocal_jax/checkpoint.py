@@ -61,6 +61,15 @@ def unflatten(like, flat: dict[str, Any]):
                 for p, leaf in leaves])
 
 
+def _root_cause(error: BaseException) -> str:
+  """`Type: first line` of the innermost error of a chain: Orbax wraps the
+  specific one (which file or array, what is wrong with it) in generic ones."""
+  while (error.__cause__ or error.__context__) is not None:
+    error = error.__cause__ or error.__context__
+  lines = str(error).splitlines()
+  return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
+
+
 def checkpoint_dir(workdir: str) -> str:
   return os.path.join(os.path.abspath(workdir), "checkpoints")
 
@@ -108,7 +117,7 @@ class Checkpointer:
             meta=ocp.args.JsonRestore()))
         state = unflatten(abstract_state, restored["state"])
       except Exception as e:  # pylint: disable=broad-except
-        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        why = _root_cause(e)
         logging.warning("checkpoint %s/%d is damaged (%s); falling back to an older one",
                         self.directory, step, why)
         print(f"warning: checkpoint {self.directory}/{step} is damaged ({why}); "

@@ -397,7 +397,8 @@ def check_workdir_config(workdir: str, config, *, overwrite: bool) -> None:
   if overwrite:
     if jax.process_index() != 0:
       return
-    for name in ("checkpoints", "metrics.jsonl", "tensorboard", "eval", "config.json"):
+    for name in ("checkpoints", "damaged_checkpoints", "metrics.jsonl", "tensorboard", "eval",
+                 "config.json"):
       target = os.path.join(workdir, name)
       if os.path.isdir(target):
         shutil.rmtree(target)

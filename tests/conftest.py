@@ -33,3 +33,33 @@ def fast_compiles():
   yield
   jax.config.update(flag, previous)
   jax.clear_caches()
+
+
+@pytest.fixture(scope="session")
+def compilation_cache_env(tmp_path_factory):
+  """Environment variables giving subprocesses a persistent compilation cache
+  shared by the whole session (a `train.py` subprocess then pays JAX's import,
+  not the compilation, after the first run of its kind)."""
+  return dict(JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.mktemp("jax_cache")),
+              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+
+
+@pytest.fixture(scope="module")
+def persistent_compiles(compilation_cache_env):
+  """This module's compilations go to, and come from, the session's persistent
+  cache (`compilation_cache_env`), shared with the subprocesses it starts.
+  Opt in per module with `pytestmark = pytest.mark.usefixtures("persistent_compiles")`;
+  afterwards the process compiles as before (no cache)."""
+  from jax.experimental.compilation_cache import compilation_cache  # pylint: disable=g-import-not-at-top
+  settings = dict(jax_compilation_cache_dir=compilation_cache_env["JAX_COMPILATION_CACHE_DIR"],
+                  jax_persistent_cache_min_compile_time_secs=0,
+                  jax_persistent_cache_min_entry_size_bytes=0)
+  previous = {name: getattr(jax.config, name) for name in settings}
+  for name, value in settings.items():
+    jax.config.update(name, value)
+  compilation_cache.reset_cache()
+  yield
+  for name, value in previous.items():
+    jax.config.update(name, value)
+  compilation_cache.reset_cache()

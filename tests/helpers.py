@@ -1,0 +1,129 @@
+"""Shared by the trainer's tests: the tiny test config, `train.py` run as
+subprocesses (fake CPU devices, several processes), and reading a run's outputs
+without building its model."""
+
+import importlib.util
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import orbax.checkpoint as ocp
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# Every trainer test trains `configs/dyck.py:tiny` (30 steps, checkpoints every
+# 10, trajectory every 5) with: one length bucket (one train-step compilation),
+# metrics every step (so runs compare step by step), an evaluation every 10
+# steps, and Spectral Evolution frozen for the first 10 steps.
+TEST_OVERRIDES = {"buckets": (40,), "log_every": 1, "eval_every": 10, "spectral.freeze_steps": 10}
+# Metrics that measure the machine, not the run.
+TIMING_KEYS = ("time", "steps_per_sec", "tokens_per_sec")
+
+
+def tiny_config(overrides: dict | None = None):
+  """The test config, with `{"dotted.key": value}` overrides on top."""
+  spec = importlib.util.spec_from_file_location("dyck_config", ROOT / "configs" / "dyck.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config("tiny")
+  for key, value in {**TEST_OVERRIDES, **(overrides or {})}.items():
+    *parents, name = key.split(".")
+    node = config
+    for parent in parents:
+      node = node[parent]
+    node[name] = value
+  return config
+
+
+def config_flags(overrides: dict | None = None) -> list[str]:
+  """`train.py` flags selecting the same config as `tiny_config(overrides)`."""
+  flags = ["--config", "configs/dyck.py:tiny"]
+  for key, value in {**TEST_OVERRIDES, **(overrides or {})}.items():
+    flags.append(f"--config.{key}={value}")
+  return flags
+
+
+def subprocess_env(devices: int = 1, **env) -> dict[str, str]:
+  """This environment with `devices` fake CPU devices and `env` on top.
+
+  Like the test modules (the `fast_compiles` fixture), subprocesses let XLA
+  skip most optimisation: compiling is most of the cost of these tiny runs.
+  """
+  out = {k: v for k, v in os.environ.items() if k != "BIFOCAL_TEST_SIGNAL"}
+  out.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+             JAX_DISABLE_MOST_OPTIMIZATIONS="1")
+  out.update({k: str(v) for k, v in env.items()})
+  return out
+
+
+def train_command(workdir, overrides: dict | None = None, *args) -> list[str]:
+  return [sys.executable, "train.py", *config_flags(overrides), f"--workdir={workdir}", *args]
+
+
+def run_train(workdir, overrides: dict | None = None, *args, devices: int = 1, timeout: int = 300,
+              **env) -> subprocess.CompletedProcess:
+  """`python train.py ...` to completion (or death); stdout and stderr captured."""
+  return subprocess.run(train_command(workdir, overrides, *args), cwd=ROOT, text=True,
+                        capture_output=True, timeout=timeout, env=subprocess_env(devices, **env))
+
+
+def run_python(code: str, *, devices: int = 1, timeout: int = 300, **env) -> str:
+  """Runs `code` in a fresh interpreter (with this directory importable);
+  returns its stdout, or fails with its output."""
+  env = subprocess_env(devices, **env)
+  env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")])
+  result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True,
+                          timeout=timeout, env=env)
+  assert result.returncode == 0, result.stdout + result.stderr
+  return result.stdout
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def start_processes(workdir, overrides: dict | None = None, *, num_processes: int,
+                    devices_per_process: int, process_env: dict[int, dict] | None = None,
+                    heartbeat_timeout: int = 10, **env) -> list[subprocess.Popen]:
+  """One multi-process run of `train.py` on this machine (CPU collectives over
+  localhost); `process_env[i]` is added to process i's environment."""
+  port = free_port()
+  processes = []
+  for i in range(num_processes):
+    args = (f"--coordinator_address=localhost:{port}", f"--num_processes={num_processes}",
+            f"--process_id={i}", f"--heartbeat_timeout={heartbeat_timeout}")
+    processes.append(subprocess.Popen(
+        train_command(workdir, overrides, *args), cwd=ROOT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env=subprocess_env(devices_per_process, **env, **(process_env or {}).get(i, {}))))
+  return processes
+
+
+def read_metrics(workdir) -> list[dict]:
+  """`metrics.jsonl` without the timing fields."""
+  with open(pathlib.Path(workdir) / "metrics.jsonl") as f:
+    records = [json.loads(line) for line in f if line.strip()]
+  return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
+
+
+def checkpoint_steps(workdir) -> list[int]:
+  """Steps with a finished checkpoint (a save cut short leaves only a temporary directory)."""
+  directory = pathlib.Path(workdir) / "checkpoints"
+  return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+
+
+def latest_checkpoint(workdir) -> tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]:
+  """`(step, state, trajectory)` of the newest checkpoint, as flat numpy dicts."""
+  options = ocp.CheckpointManagerOptions(read_only=True)
+  with ocp.CheckpointManager(pathlib.Path(workdir) / "checkpoints", options=options) as manager:
+    step = manager.latest_step()
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(), trajectory=ocp.args.StandardRestore()))
+  as_numpy = lambda tree: {k: np.asarray(v) for k, v in tree.items()}
+  return step, as_numpy(restored["state"]), as_numpy(restored["trajectory"])
