@@ -149,7 +149,10 @@ _ARITHMETIC_SPLITS = ("valid", "test_length", "test_depth")
 
 
 def _cpu_run(steps: int) -> tuple[tuple[str, object], ...]:
-  return (("steps", steps), ("learning_rate", 3e-3), ("warmup_steps", 50),
+  """Everything the cpu preset relies on, pinned: config defaults may move under a sweep."""
+  return (("model.num_layers", 2), ("model.d_model", 64), ("model.num_heads", 4),
+          ("model.mlp_dim", -1), ("batch_size", 32), ("spectral.learning_rate", 1e-2),
+          ("steps", steps), ("learning_rate", 3e-3), ("warmup_steps", 50),
           ("checkpoint_every", 200), ("eval_every", 400), ("eval_examples", 256))
 
 
