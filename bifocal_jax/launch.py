@@ -2,7 +2,11 @@
 and turning expected failures into one clear line and an exit status.
 
 Exit statuses: 0 done (or preempted and saved), 2 bad input (config, workdir),
-1 a failure during the run (non-finite values, damaged checkpoints, a lost peer).
+1 a failure during the run (non-finite values, damaged checkpoints, a failed
+collective), 130 interrupted. When a process of a multi-process run dies, JAX's
+coordination service notices within `--heartbeat_timeout` seconds and aborts
+the others ("... detected fatal errors. This most likely indicates that another
+task died"; status 134): nothing hangs, and re-running resumes.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import orbax.checkpoint as ocp
@@ -88,21 +89,38 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def start_processes(workdir, overrides: dict | None = None, *, num_processes: int,
+def start_processes(workdir, logs, overrides: dict | None = None, *, num_processes: int,
                     devices_per_process: int, process_env: dict[int, dict] | None = None,
                     heartbeat_timeout: int = 10, **env) -> list[subprocess.Popen]:
   """One multi-process run of `train.py` on this machine (CPU collectives over
-  localhost); `process_env[i]` is added to process i's environment."""
+  localhost). Process i writes its output to `{logs}.{i}` and has
+  `process_env[i]` added to its environment."""
   port = free_port()
   processes = []
   for i in range(num_processes):
     args = (f"--coordinator_address=localhost:{port}", f"--num_processes={num_processes}",
             f"--process_id={i}", f"--heartbeat_timeout={heartbeat_timeout}")
-    processes.append(subprocess.Popen(
-        train_command(workdir, overrides, *args), cwd=ROOT, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        env=subprocess_env(devices_per_process, **env, **(process_env or {}).get(i, {}))))
+    with open(f"{logs}.{i}", "w") as log:
+      processes.append(subprocess.Popen(
+          train_command(workdir, overrides, *args), cwd=ROOT, text=True, stdout=log,
+          stderr=subprocess.STDOUT,
+          env=subprocess_env(devices_per_process, **env, **(process_env or {}).get(i, {}))))
   return processes
+
+
+def wait_all(processes: list[subprocess.Popen], timeout: float) -> list[int]:
+  """Their exit statuses; any still running after `timeout` seconds is killed
+  (and reported as None)."""
+  deadline = time.monotonic() + timeout
+  statuses = []
+  for process in processes:
+    try:
+      statuses.append(process.wait(max(deadline - time.monotonic(), 0)))
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
+      statuses.append(None)
+  return statuses
 
 
 def read_metrics(workdir) -> list[dict]:
