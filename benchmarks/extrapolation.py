@@ -162,15 +162,16 @@ PRESETS = {
         tasks=(TaskSpec("dyck", "tiny", splits=_DYCK_SPLITS, eval_examples=32,
                         published=(("k8_m10.test", 4),)),),
         kinds=("rope", "bifocal"), seeds=(0,)),
-    # About two hours on a quiet 2-core CPU (30 runs). Measured at load ~10 on
+    # About two to two and a half hours on a quiet 2-core CPU (30 runs: Dyck
+    # ~4 minutes each, modular arithmetic ~1, odds_first ~9). Measured at load ~10 on
     # the 2 cores: 0.30 CPU-seconds per Dyck or odds_first train step (batch
     # 32, length <= 99), i.e. ~0.25 s per step alone; modular arithmetic
     # steps are ~5x cheaper; evaluation ~1 minute per Dyck run. Models: the
     # CPU-sized configs (2 layers, width 64, 4 heads), learning rate 3e-3.
     # Steps per task, from the first runs: Dyck reaches 0.95 valid token
     # accuracy at 800 steps; odds_first only 0.67 at 800 (still rising
-    # slowly), hence 2,000; modular arithmetic stays at ~0.33 (its majority
-    # level) after 800 steps at 3e-3 and 1,700 at 1e-3, so it keeps the cheap
+    # slowly), hence 2,000; modular arithmetic stays at ~0.33 (chance 0.20,
+    # only short expressions right) after 800 steps at 3e-3 and 1,700 at 1e-3, so it keeps the cheap
     # 800: this model does not learn it (see RESULTS.md). The published
     # files are capped (evenly spaced lines): a 5,000-token k8_m20 string
     # costs seconds on CPU.
