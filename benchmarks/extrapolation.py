@@ -15,8 +15,9 @@ kill loses at most the run in flight (and only the steps since its last
 checkpoint). A failed run leaves `failed.txt` (command, exit status, stderr
 tail) in its workdir and the sweep goes on; the next invocation retries it.
 
-SIGTERM/SIGINT to the sweep are passed on to the run in flight (the trainer
-saves a checkpoint and exits), then the sweep stops. The sweep's PID goes to
+SIGTERM/SIGINT to the sweep are passed on to the runs in flight (the trainer
+saves a checkpoint and exits), then the sweep stops. `--jobs N` runs N at a
+time (1 on a 2-core machine: each run uses every core it gets). The sweep's PID goes to
 `OUT/sweep.pid`; start it with `setsid` so that `kill -STOP -PID` /
 `kill -CONT -PID` pause and resume the sweep and its subprocess together.
 
@@ -37,6 +38,7 @@ test, several seeds and learning rates).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import fcntl
 import json
@@ -45,6 +47,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -219,7 +222,7 @@ def published_file(out: str, file_name: str, max_lines: int | None) -> str:
       lines = [line for line in f if line.strip()]
     keep = np.unique(np.linspace(0, len(lines) - 1, min(max_lines, len(lines))).astype(int))
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # runs may share it (--jobs)
     with open(tmp, "w") as f:
       f.writelines(lines[i] for i in keep)
     os.replace(tmp, path)
@@ -283,11 +286,11 @@ def final_loss(workdir: str) -> float | None:
 
 
 class _Stop:
-  """SIGTERM/SIGINT: remember, and pass the signal on to the subprocess in flight."""
+  """SIGTERM/SIGINT: remember, and pass the signal on to the subprocesses in flight."""
 
   def __init__(self):
     self.signal = None
-    self.child: subprocess.Popen | None = None
+    self.children: set[subprocess.Popen] = set()
 
   def __enter__(self):
     self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -296,8 +299,9 @@ class _Stop:
   def _handle(self, signum, frame):
     del frame
     self.signal = signum
-    if self.child is not None and self.child.poll() is None:
-      self.child.send_signal(signum)
+    for child in list(self.children):
+      if child.poll() is None:
+        child.send_signal(signum)
 
   def __exit__(self, *exc):
     for s, handler in self._previous.items():
@@ -305,13 +309,16 @@ class _Stop:
 
 
 def _execute(command: list[str], log_path: str, stop: _Stop) -> tuple[int, str]:
-  """Runs `command` from the repo root, output appended to `log_path`; (status, stderr tail)."""
+  """Runs `command` from the repo root, output appended to `log_path`; (status, log tail)."""
   with open(log_path, "a") as log:
     log.write(f"\n$ {' '.join(command)}  # {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     log.flush()
-    stop.child = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    status = stop.child.wait()
-    stop.child = None
+    child = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    stop.children.add(child)
+    try:
+      status = child.wait()
+    finally:
+      stop.children.discard(child)
   with open(log_path) as f:
     tail = f.readlines()[-STDERR_TAIL_LINES:]
   return status, "".join(tail)
@@ -350,36 +357,43 @@ def run_one(run: Run, out: str, stop: _Stop, log: Callable[[str], None]) -> str:
   return "done"
 
 
-def sweep(runs: Sequence[Run], out: str, *, log: Callable[[str], None] = print) -> dict[str, str]:
-  """Runs what is not done yet, one at a time; returns {run name: status}.
+def sweep(runs: Sequence[Run], out: str, *, jobs: int = 1,
+          log: Callable[[str], None] = print) -> dict[str, str]:
+  """Runs what is not done yet, `jobs` runs at a time; returns {run name: status}.
 
   Status: "done" (now), "skipped" (done before), "failed", "stopped" (a signal;
-  the runs after it are not started).
+  runs not started by then are left out).
   """
+  if jobs < 1:
+    raise ValueError(f"jobs={jobs}: must be >= 1")
   os.makedirs(out, exist_ok=True)
   lock = open(os.path.join(out, "sweep.lock"), "w")
   try:
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
+    lock.close()
     raise ValueError(f"out={out!r}: another sweep is running there "
                      f"(pid in {os.path.join(out, 'sweep.pid')})") from None
   with open(os.path.join(out, "sweep.pid"), "w") as f:
     f.write(f"{os.getpid()}\n")
-  statuses = {}
+  statuses = {run.name: "skipped" for run in runs if run_results(run, out) is not None}
+  todo = [(i, run) for i, run in enumerate(runs) if run.name not in statuses]
+
+  def work(item):
+    i, run = item
+    if stop.signal is not None:
+      return run.name, None
+    log(f"[{i + 1}/{len(runs)}] {run.name}  {time.strftime('%H:%M:%S')}")
+    start = time.time()
+    status = run_one(run, out, stop, log)
+    log(f"[{i + 1}/{len(runs)}] {run.name}: {status} in {time.time() - start:.0f}s")
+    return run.name, status
+
   try:
-    with _Stop() as stop:
-      for i, run in enumerate(runs):
-        if run_results(run, out) is not None:
-          statuses[run.name] = "skipped"
-          continue
-        if stop.signal is not None:
-          break
-        log(f"[{i + 1}/{len(runs)}] {run.name}  {time.strftime('%H:%M:%S')}")
-        start = time.time()
-        statuses[run.name] = run_one(run, out, stop, log)
-        log(f"[{i + 1}/{len(runs)}] {run.name}: {statuses[run.name]} in {time.time() - start:.0f}s")
-        if statuses[run.name] == "stopped":
-          break
+    with _Stop() as stop, concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+      for name, status in pool.map(work, todo):
+        if status is not None:
+          statuses[name] = status
   finally:
     lock.close()
   return statuses
@@ -577,6 +591,7 @@ def replace_block(path: str, block: str) -> None:
 
 _PRESET = flags.DEFINE_enum("preset", None, list(PRESETS), "Which sweep.")
 _OUT = flags.DEFINE_string("out", "benchmarks/out/extrapolation", "Sweep directory.")
+_JOBS = flags.DEFINE_integer("jobs", 1, "Runs at a time (each run uses every core it can).")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the commands of the runs not done; run nothing.")
 _SUMMARIZE_ONLY = flags.DEFINE_bool("summarize_only", False, "Only write the summary.")
 _PLOTS_DIR = flags.DEFINE_string("plots_dir", None, "Where the PNGs go (default OUT/plots).")
@@ -599,7 +614,7 @@ def main(argv):
     print(f"{sum(run_results(r, out) is None for r in runs)} of {len(runs)} runs to do")
     return 0
   if not _SUMMARIZE_ONLY.value:
-    statuses = sweep(runs, out, log=lambda m: print(m, flush=True))
+    statuses = sweep(runs, out, jobs=_JOBS.value, log=lambda m: print(m, flush=True))
     counts = {s: list(statuses.values()).count(s) for s in sorted(set(statuses.values()))}
     print(f"sweep: {counts}", flush=True)
   link_base = os.path.dirname(os.path.abspath(_RESULTS_MD.value)) if _RESULTS_MD.value else None

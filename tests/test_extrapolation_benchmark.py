@@ -4,6 +4,7 @@ The summary tests build run directories by hand (config, metrics, results) so
 they need no training; the end-to-end tests run the `smoke` preset once.
 """
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -177,3 +178,14 @@ def test_failed_run_is_recorded_and_the_sweep_goes_on(smoke_out):
   assert "batch_size" in failed  # the trainer's own error line, from the log tail
   markdown = ex.summarize(ex.Preset(tasks=(bad_task,), kinds=("rope",), seeds=(7,)), smoke_out)
   assert "Failed (see their `failed.txt`): `dyck/rope/seed7`" in markdown
+
+
+def test_sweep_refuses_bad_jobs_and_a_second_sweep_on_the_same_out(tmp_path):
+  out = str(tmp_path)
+  with pytest.raises(ValueError, match="jobs=0"):
+    ex.sweep([], out, jobs=0)
+  with open(os.path.join(out, "sweep.lock"), "w") as held:
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with pytest.raises(ValueError, match="another sweep is running"):
+      ex.sweep([], out)
+  assert ex.sweep([], out) == {}  # the lock is free again
