@@ -76,16 +76,12 @@ def test_unwritable_workdir(tmp_path, capsys):
   assert [p.name for p in tmp_path.iterdir()] == ["a_file"]
 
 
-@pytest.mark.parametrize("flag, names_it", [
-    ("--config.stpes=3", '--config.stpes: no such config key (Did you mean "steps"'),
-    ("--config.steps=-1", "config.steps=-1"),
-])
-def test_command_line_errors_are_one_line_and_exit_2(tmp_path, flag, names_it):
-  """`train.py` itself, from flag parsing (a mistyped key) to validation."""
-  result = subprocess.run(helpers.train_command(tmp_path / "run", None, flag), cwd=helpers.ROOT,
-                          text=True, capture_output=True, timeout=120,
+def test_mistyped_key_on_the_command_line_is_one_line_and_exit_2(tmp_path):
+  """`train.py` itself: flag parsing fails like validation does."""
+  result = subprocess.run(helpers.train_command(tmp_path / "run", None, "--config.stpes=3"),
+                          cwd=helpers.ROOT, text=True, capture_output=True, timeout=120,
                           env=helpers.subprocess_env())
   assert result.returncode == 2
-  assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
-  assert names_it in result.stderr
+  assert result.stderr == 'error: --config.stpes: no such config key (Did you mean "steps" ' \
+                          'instead of "stpes"?)\n'
   assert list(tmp_path.iterdir()) == []
