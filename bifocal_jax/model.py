@@ -117,10 +117,12 @@ class Transformer(nnx.Module):
         jax.nn.initializers.lecun_normal()(rngs.params(), (d, vocab_size)),
         logical_axes=("embed", "vocab"))
 
+  def _randomizes(self, train: bool) -> bool:
+    return self.position_kind == "randomized_rope" and (train or self.randomize_eval)
+
   def positions(self, shape: tuple[int, int], rng: jax.Array | None, train: bool) -> jax.Array:
     """`0 .. L-1`, or randomized positions for `randomized_rope` when a key is given."""
-    randomize = self.position_kind == "randomized_rope" and (train or self.randomize_eval)
-    if randomize:
+    if self._randomizes(train):
       if rng is None:
         raise ValueError("position.kind='randomized_rope' needs an rng to draw positions")
       return rope_lib.randomized_positions(rng, shape, self.max_position)
@@ -130,7 +132,11 @@ class Transformer(nnx.Module):
                positions_BxL: jax.Array | None = None, rng: jax.Array | None = None,
                train: bool = False) -> jax.Array:
     if positions_BxL is None:
-      positions_BxL = self.positions(tokens_BxL.shape, rng, train)
+      # In-order positions are shared by the batch ([1, L]), so every layer
+      # computes its rotary angles once for all sequences.
+      batch, length = tokens_BxL.shape
+      rows = batch if self._randomizes(train) else 1
+      positions_BxL = self.positions((rows, length), rng, train)
     x_BxLxD = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(self.dtype)
     for block in self.blocks:
       x_BxLxD = block(x_BxLxD, positions_BxL, valid_BxL)
