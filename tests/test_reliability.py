@@ -79,21 +79,29 @@ def test_sigterm_then_kill9_at_three_points_ends_bitwise_identical(uninterrupted
   assert_same_run(workdir, uninterrupted)
 
 
-def largest_file(directory):
-  return max((p for p in directory.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+# Reading a damaged checkpoint leaves Orbax's other pending reads to fail when
+# they are garbage-collected: expected, and not worth a warning per test.
+abandoned_reads = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+def array_data_file(checkpoint):
+  """The largest of the files holding the train state's arrays (Orbax's OCDBT store)."""
+  return max((checkpoint / "state" / "ocdbt.process_0" / "d").iterdir(),
+             key=lambda p: p.stat().st_size)
 
 
 def damage_checkpoint(workdir, step: int, how: str) -> None:
   checkpoint = workdir / "checkpoints" / str(step)
   if how == "truncated array data":
-    victim = largest_file(checkpoint / "state")
+    victim = array_data_file(checkpoint)
     os.truncate(victim, victim.stat().st_size // 2)
   elif how == "missing array data":
-    largest_file(checkpoint / "state").unlink()
+    array_data_file(checkpoint).unlink()
   else:  # "missing metadata": the step, process count and metrics window
     (checkpoint / "meta" / "metadata").unlink()
 
 
+@abandoned_reads
 @pytest.mark.parametrize("how", ["truncated array data", "missing array data", "missing metadata"])
 def test_damaged_newest_checkpoint_falls_back_to_an_intact_one(uninterrupted, tmp_path, how,
                                                                 capsys):
@@ -116,6 +124,7 @@ def test_damaged_newest_checkpoint_falls_back_to_an_intact_one(uninterrupted, tm
   assert (workdir / "damaged_checkpoints" / "30" / "state").is_dir()
 
 
+@abandoned_reads
 def test_resume_past_a_damaged_checkpoint_ends_like_the_uninterrupted_run(uninterrupted, tmp_path,
                                                                          capsys):
   workdir = tmp_path / "run"
@@ -127,6 +136,7 @@ def test_resume_past_a_damaged_checkpoint_ends_like_the_uninterrupted_run(uninte
   assert_same_run(workdir, uninterrupted)
 
 
+@abandoned_reads
 def test_every_checkpoint_damaged_is_an_error_not_a_fresh_start(uninterrupted, tmp_path):
   workdir = tmp_path / "run"
   shutil.copytree(uninterrupted, workdir)
