@@ -33,6 +33,8 @@ from bifocal_jax import rope as rope_lib
 POSITION_KINDS = (
     "nope", "rope", "partial_rope", "randomized_rope", "alibi", "spectral", "bifocal")
 ROTARY_KINDS = ("rope", "partial_rope", "randomized_rope", "spectral", "bifocal")
+# The attention bias of a masked key (added to its score).
+MASKED = float(np.finfo(np.float32).min)
 
 
 def default_position_config() -> ml_collections.ConfigDict:
@@ -195,10 +197,11 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
   length = q.shape[2]
 
   def block(q_BxHxQxK, q_offset, q_pos_BxQ):
-    mask = _mask(q_offset, q_BxHxQxK.shape[2], length, valid_BxL, causal)
-    bias = (None if alibi_slopes is None
-            else rope_lib.alibi_bias(q_pos_BxQ, positions_BxL, alibi_slopes))
-    return softmax_attention(q_BxHxQxK, k, v, mask, bias)
+    bias = _mask_bias(q_offset, q_BxHxQxK.shape[2], length, valid_BxL, causal)
+    if alibi_slopes is not None:
+      alibi = rope_lib.alibi_bias(q_pos_BxQ, positions_BxL, alibi_slopes)
+      bias = alibi if bias is None else bias + alibi
+    return softmax_attention(q_BxHxQxK, k, v, bias)
 
   if length <= query_chunk:
     return jnp.swapaxes(block(q, 0, positions_BxL), 1, 2)
@@ -215,8 +218,8 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
   return out.transpose(1, 0, 3, 2, 4).reshape(b, num_chunks * query_chunk, h, -1)[:, :length]
 
 
-def _mask(q_offset, q_len: int, k_len: int, valid_BxS, causal: bool):
-  """Boolean `[B|1, 1, Q, S]` mask, or None when nothing is masked."""
+def _mask_bias(q_offset, q_len: int, k_len: int, valid_BxS, causal: bool):
+  """`[B|1, 1, Q, S]` float32 biases masking keys (`finfo.min`), or None."""
   mask = None
   if causal:  # by index, not position: randomized positions keep the order
     q_index = q_offset + jnp.arange(q_len)
@@ -224,56 +227,54 @@ def _mask(q_offset, q_len: int, k_len: int, valid_BxS, causal: bool):
   if valid_BxS is not None:
     valid = valid_BxS[:, None, None, :]
     mask = valid if mask is None else mask & valid
-  return mask
-
-
-def _probabilities(q_BxHxQxK, k_BxHxSxK, mask, bias):
-  scores = jnp.einsum("bhqk,bhsk->bhqs", q_BxHxQxK, k_BxHxSxK,
-                      preferred_element_type=jnp.float32)
-  if bias is not None:
-    scores = scores + bias
-  if mask is not None:
-    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-  return jax.nn.softmax(scores, axis=-1)
+  return None if mask is None else jnp.where(mask, 0.0, MASKED).astype(jnp.float32)
 
 
 @jax.custom_vjp
-def softmax_attention(q_BxHxQxK, k_BxHxSxK, v_BxHxSxK, mask=None, bias=None):
-  """`softmax(q k^T + bias, masked) v` on heads-major operands (q pre-scaled).
+def softmax_attention(q_BxHxQxK, k_BxHxSxK, v_BxHxSxK, bias=None):
+  """`softmax(q k^T + bias) v` on heads-major operands (q pre-scaled).
 
-  `mask` (bool) and `bias` (float32, e.g. ALiBi) broadcast against the
-  `[B, H, Q, S]` scores; neither is differentiated (ALiBi slopes are
-  constants). The backward pass is written out so that XLA:CPU gets plain
-  batched matmuls (no contraction over a major dimension, which its kernels
-  run several times slower) and one fused pass over the scores: ~1.5x
-  faster than differentiating the forward automatically.
+  `bias` (float32, broadcast against the `[B, H, Q, S]` scores) carries the
+  masks as `MASKED` (finfo.min: a row with every key masked averages all
+  values) and ALiBi distances; it is not differentiated. Masking by adding
+  rather than selecting lets XLA:CPU fuse it with the score matmul and the
+  softmax. The backward pass is written out (flash-attention style): the
+  probabilities stay unnormalised, `e = exp(s - max)`, and the normalisation
+  `1 / sum(e)` is applied to the `[Q, K]` outputs and output gradients instead
+  of the `[Q, S]` scores; the matmuls contract no major dimension (which
+  XLA:CPU runs several times slower). ~2x faster than autodiff of the
+  forward at head_dim 8, ~1.3x at head_dim 16.
   """
-  return _softmax_attention_fwd(q_BxHxQxK, k_BxHxSxK, v_BxHxSxK, mask, bias)[0]
+  return _softmax_attention_fwd(q_BxHxQxK, k_BxHxSxK, v_BxHxSxK, bias)[0]
 
 
-def _softmax_attention_fwd(q, k, v, mask, bias):
-  probs = _probabilities(q, k, mask, bias)
-  out = jnp.einsum("bhqs,bhsk->bhqk", probs.astype(v.dtype), v)
-  return out, (q, k, v, mask, bias, probs, out)
+def _softmax_attention_fwd(q, k, v, bias):
+  scores = jnp.einsum("bhqk,bhsk->bhqs", q, k, preferred_element_type=jnp.float32)
+  if bias is not None:
+    scores = scores + bias
+  exp_scores = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
+  inv_sum = 1.0 / jnp.sum(exp_scores, axis=-1, keepdims=True)
+  out = (jnp.einsum("bhqs,bhsk->bhqk", exp_scores.astype(v.dtype), v,
+                    preferred_element_type=jnp.float32) * inv_sum).astype(v.dtype)
+  return out, (q, k, v, bias, exp_scores, inv_sum, out)
 
 
 def _softmax_attention_bwd(residuals, d_out):
-  q, k, v, mask, bias, probs, out = residuals
+  q, k, v, bias, exp_scores, inv_sum, out = residuals
   to_minor = lambda x: jnp.swapaxes(x, -1, -2)
+  d_out_scaled = d_out.astype(jnp.float32) * inv_sum  # dO / sum(e), per query
   # dV = P^T dO, computed as (dO^T P)^T: the transposed operand is the small one.
-  d_v = to_minor(jnp.einsum("bhkq,bhqs->bhks", to_minor(d_out), probs.astype(d_out.dtype)))
-  d_probs = jnp.einsum("bhqk,bhsk->bhqs", d_out, v, preferred_element_type=jnp.float32)
+  d_v = to_minor(jnp.einsum("bhkq,bhqs->bhks", to_minor(d_out_scaled).astype(v.dtype),
+                            exp_scores.astype(v.dtype)))
+  d_probs = jnp.einsum("bhqk,bhsk->bhqs", d_out_scaled.astype(v.dtype), v,
+                       preferred_element_type=jnp.float32)
   # Softmax backward with rowsum(dP * P) = rowsum(dO * O) (a [Q, K] sum, not [Q, S]).
-  delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1, keepdims=True)
-  d_scores = probs * (d_probs - delta)
-  if mask is not None:  # rows with every key masked have uniform probs; no gradient there
-    d_scores = jnp.where(mask, d_scores, 0.0)
-  d_scores = d_scores.astype(q.dtype)
+  delta = jnp.sum(d_out_scaled * out.astype(jnp.float32), axis=-1, keepdims=True)
+  d_scores = (exp_scores * (d_probs - delta)).astype(q.dtype)
   d_q = jnp.einsum("bhqs,bhsk->bhqk", d_scores, k)
   d_k = to_minor(jnp.einsum("bhkq,bhqs->bhks", to_minor(q), d_scores))
-  d_mask = None if mask is None else np.zeros(mask.shape, jax.dtypes.float0)
   d_bias = None if bias is None else jnp.zeros_like(bias)
-  return d_q, d_k, d_v, d_mask, d_bias
+  return d_q, d_k, d_v, d_bias
 
 
 softmax_attention.defvjp(_softmax_attention_fwd, _softmax_attention_bwd)
