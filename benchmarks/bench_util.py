@@ -1,0 +1,124 @@
+"""Shared pieces of the benchmark scripts: the machine, timing, reporting.
+
+CPU figures on a shared machine are noisy, so every comparison here is made
+inside one run: the candidates are interleaved (A, B, A, B, ...), each
+repeat times a few calls, and a ratio is the median of the per-repeat ratios.
+Each timing records wall time and this process's CPU time; the load average
+is recorded with the results.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+
+def machine() -> dict:
+  """What the figures were measured on, and when."""
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo") as f:
+      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    cpu = names[0] if names else cpu
+  except OSError:
+    pass
+  device = jax.devices()[0]
+  return dict(
+      date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+      cpu=cpu, cores=os.cpu_count(), backend=jax.default_backend(),
+      device=getattr(device, "device_kind", str(device)), devices=jax.device_count(),
+      jax=jax.__version__, load_average=load_average())
+
+
+def load_average() -> tuple[float, float, float] | None:
+  try:
+    return tuple(round(x, 2) for x in os.getloadavg())
+  except OSError:
+    return None
+
+
+def matmul(m: int, k: int | None = None, n: int | None = None,
+           dtype=jnp.float32) -> tuple[Callable[[], jax.Array], float]:
+  """(a jitted `[m, k] @ [k, n]` matmul to time, its FLOPs); k, n default to m."""
+  k, n = k or m, n or m
+  a = jax.random.normal(jax.random.key(0), (m, k), dtype)
+  b = jax.random.normal(jax.random.key(1), (k, n), dtype)
+  dot = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=dtype))
+  jax.block_until_ready(dot(a, b))
+  return (lambda: dot(a, b)), 2.0 * m * k * n
+
+
+# The matmul peak is the fastest of these large matmuls (XLA:CPU runs the
+# square one ~25% slower than the tall one, whose blocks fit the caches).
+PEAK_SHAPES = {"square": (2048, 2048, 2048), "tall": (8192, 256, 1024)}
+
+
+def peak_candidates(scale: float = 1.0, dtype=jnp.float32) -> dict[str, tuple[Callable, float]]:
+  """`{name: (fn, flops)}` of `PEAK_SHAPES`, each dimension times `scale`."""
+  return {f"peak {name}": matmul(*(max(8, int(d * scale)) for d in shape), dtype=dtype)
+          for name, shape in PEAK_SHAPES.items()}
+
+
+def interleave(candidates: dict[str, Callable[[], object]], *, repeats: int,
+               calls: dict[str, int] | int = 1) -> dict[str, dict[str, list[float]]]:
+  """Seconds per call of each candidate, `repeats` times, interleaved.
+
+  `calls` (per candidate or for all) is how many calls one repeat times; a
+  candidate returns what to block on (its last result). Returns
+  `{name: {"wall": [...], "cpu": [...]}}`.
+  """
+  out = {name: {"wall": [], "cpu": []} for name in candidates}
+  for _ in range(repeats):
+    for name, fn in candidates.items():
+      n = calls[name] if isinstance(calls, dict) else calls
+      wall, cpu = time.perf_counter(), time.process_time()
+      for _ in range(n):
+        result = fn()
+      jax.block_until_ready(result)
+      out[name]["wall"].append((time.perf_counter() - wall) / n)
+      out[name]["cpu"].append((time.process_time() - cpu) / n)
+  return out
+
+
+def median(xs) -> float:
+  return float(statistics.median(xs))
+
+
+def median_ratio(a: list[float], b: list[float]) -> float:
+  """Median over repeats of a[i] / b[i] (both timed in the same repeat)."""
+  return median([x / y for x, y in zip(a, b, strict=True)])
+
+
+def write_json(path: str | None, results: dict) -> None:
+  if not path:
+    return
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(results, f, indent=2, sort_keys=True)
+  print(f"wrote {path}")
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+  return "\n".join(lines)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_config(path: str, arg: str | None = None):
+  """`get_config(arg)` of a config file (path relative to the repository)."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location("benchmark_config", os.path.join(REPO, path))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)

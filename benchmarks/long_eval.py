@@ -1,0 +1,130 @@
+r"""Evaluation time and peak memory of long sequences, one length per process.
+
+  python benchmarks/long_eval.py                                # 256 .. 16384
+  python benchmarks/long_eval.py --lengths=256,1024 --out=/tmp/long.json
+  python benchmarks/long_eval.py --config=configs/dyck.py --kind=rope
+
+Each length runs in a fresh subprocess (so its peak resident memory is its
+own): it builds the config's model (default: `configs/dyck.py`), compiles the
+project's evaluation step (`train.make_eval_step`: forward pass, loss and
+accuracy counts) for one sequence of that length (random tokens; all valid),
+runs it once to warm up, then times `--runs` runs. Reported per length: the
+median evaluation time, tokens/s, peak RSS, and the RSS growth over the same
+process just before compiling (the model, JAX and Python). On CPU, attention
+processes queries in chunks of `query_chunk` (1024) tokens, so score memory
+is `heads x chunk x length`: linear in the length. On GPU the fused
+(cuDNN) attention is used where it applies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+from absl import app, flags
+
+from bifocal_jax import sharding, tasks, train
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+DEFAULT_LENGTHS = [256 * 2**i for i in range(7)]  # 256 .. 16384
+_LENGTHS = flags.DEFINE_list("lengths", [str(n) for n in DEFAULT_LENGTHS], "Sequence lengths.")
+_CONFIG = flags.DEFINE_string("config", "configs/dyck.py", "Training config file (its model).")
+_KIND = flags.DEFINE_string("kind", "bifocal", "position.kind of the model.")
+_RUNS = flags.DEFINE_integer("runs", 3, "Timed evaluations per length.", lower_bound=1)
+_LIMIT_GB = flags.DEFINE_float("limit_gb", 8.0, "Peak RSS budget at the longest length.")
+_WORKER = flags.DEFINE_integer("worker", 0, "Internal: evaluate this one length and print JSON.")
+_OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
+
+
+def rss_mb() -> float:
+  """Peak resident set size of this process so far (Linux: ru_maxrss in KiB)."""
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def evaluate_length(length: int, config_path: str, kind: str, runs: int) -> dict:
+  config = bench_util.load_config(config_path)
+  config.position.kind = kind
+  task = tasks.get_task(config.task)
+  mesh = sharding.make_mesh(config.mesh)
+  with jax.set_mesh(mesh):
+    s, state = train.setup(config, mesh, task=task)
+    eval_step = train.make_eval_step(s)
+    rng = np.random.default_rng(length)
+    tokens = rng.integers(1, task.vocab_size, (1, length)).astype(np.int32)
+    batch = train.to_global_batch(dict(
+        inputs=tokens, targets=np.roll(tokens, -1, axis=1),
+        mask=np.ones((1, length), np.float32), valid=np.ones((1, length), bool)), mesh)
+    key = jax.random.key(0)
+    before = rss_mb()
+    start = time.perf_counter()
+    compiled = eval_step.lower(state["params"], batch, key).compile()
+    compile_seconds = time.perf_counter() - start
+    jax.block_until_ready(compiled(state["params"], batch, key))
+    seconds = []
+    for _ in range(runs):
+      start = time.perf_counter()
+      jax.block_until_ready(compiled(state["params"], batch, key))
+      seconds.append(time.perf_counter() - start)
+  peak = rss_mb()
+  return dict(length=length, seconds=bench_util.median(seconds),
+              tokens_per_sec=length / bench_util.median(seconds), compile_seconds=compile_seconds,
+              peak_rss_mb=peak, rss_before_compile_mb=before, rss_growth_mb=peak - before,
+              backend=jax.default_backend())
+
+
+def run_lengths(lengths, config_path: str, kind: str, runs: int) -> list[dict]:
+  rows = []
+  for length in lengths:
+    cmd = [sys.executable, os.path.abspath(__file__), f"--worker={length}",
+           f"--config={config_path}", f"--kind={kind}", f"--runs={runs}"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=bench_util.REPO)
+    rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"length {length}: {rows[-1]['seconds']:.2f} s, peak RSS {rows[-1]['peak_rss_mb']:.0f} MB",
+          flush=True)
+  return rows
+
+
+def growth_per_token(rows: list[dict]) -> float:
+  """Least-squares slope of RSS growth (MB) against length, over the rows."""
+  lengths = np.array([r["length"] for r in rows], float)
+  growth = np.array([r["rss_growth_mb"] for r in rows], float)
+  return float(np.polyfit(lengths, growth, 1)[0]) if len(rows) > 1 else float("nan")
+
+
+def main(argv):
+  del argv
+  if _WORKER.value:
+    print(json.dumps(evaluate_length(_WORKER.value, _CONFIG.value, _KIND.value, _RUNS.value)))
+    return
+  machine = bench_util.machine()
+  rows = run_lengths([int(n) for n in _LENGTHS.value], _CONFIG.value, _KIND.value, _RUNS.value)
+  config = bench_util.load_config(_CONFIG.value)
+  print(f"{machine['cpu']}, {machine['cores']} cores, {machine['backend']}, {machine['date']}, "
+        f"load average {machine['load_average']} -> {bench_util.load_average()}")
+  print(f"{_CONFIG.value} ({config.model.num_layers} layers, width {config.model.d_model}, "
+        f"{config.model.num_heads} heads), {_KIND.value}, batch 1, evaluation step")
+  print(bench_util.markdown_table(
+      ["length", "eval s", "tokens/s", "peak RSS MB", "RSS growth MB", "compile s"],
+      [[r["length"], f"{r['seconds']:.3f}", f"{r['tokens_per_sec']:,.0f}",
+        f"{r['peak_rss_mb']:.0f}", f"{r['rss_growth_mb']:.0f}", f"{r['compile_seconds']:.1f}"]
+       for r in rows]))
+  slope = growth_per_token(rows)
+  longest = rows[-1]
+  within = longest["peak_rss_mb"] <= _LIMIT_GB.value * 1024
+  print(f"RSS growth ~{slope * 1024:.1f} KB per token (linear fit); longest "
+        f"({longest['length']}): {longest['peak_rss_mb'] / 1024:.2f} GB peak, "
+        f"{'within' if within else 'OVER'} {_LIMIT_GB.value:g} GB")
+  bench_util.write_json(_OUT.value, dict(machine=machine, config=_CONFIG.value, kind=_KIND.value,
+                                         rows=rows, rss_growth_mb_per_token=slope))
+
+
+if __name__ == "__main__":
+  app.run(main)

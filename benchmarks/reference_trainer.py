@@ -1,0 +1,194 @@
+r"""Against DeepMind's Chomsky-hierarchy trainer (Deletang et al. 2023; JAX + Haiku).
+
+Their transformer (5 layers, width 64, 8 heads, batch 128) trains `odds_first`
+at about 15,000 tokens/s on a 2-core CPU at a fixed length of 40; with their
+uniform length curriculum (one input length n in 1..40 per batch) it compiles a
+new step for every length it meets. Here: the same model size, batch and
+curriculum (`configs/odds_first.py:paper`) on this project's train step
+(`train.setup`, `train.make_train_step`). Each batch is padded to a length
+bucket (n input symbols + n query positions, so 16, 32, 64 or 80 positions):
+4 compilations instead of 40, made ahead of time, in parallel, before the
+first step.
+
+  python benchmarks/reference_trainer.py                  # 2,000 steps (minutes)
+  python benchmarks/reference_trainer.py --steps=100      # a quick look
+  python benchmarks/reference_trainer.py --kind=rope --out=/tmp/ref.json
+
+Reported:
+  end-to-end    wall time from building the model to the last step's result
+                on the host: setup, every compilation, data, all steps.
+  steady state  tokens/s of the training loop after compilation, and of steps
+                at the fixed length 40 (their figure's setting).
+  reference     their end-to-end time, projected: this run's curriculum
+                tokens at their 15,000 tokens/s, without their recompilations
+                (a lower bound). A token is one position the transformer
+                processes: input plus output tape, 2n per example, as their
+                `make_model_with_empty_targets` feeds it.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import sys
+import time
+
+import grain
+import jax
+import numpy as np
+from absl import app, flags
+
+from bifocal_jax import config as config_lib
+from bifocal_jax import sharding, tasks, train
+from bifocal_jax.tasks import pipeline
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+REFERENCE_TOKENS_PER_SEC = 15_000.0
+MAX_INPUT_LENGTH = 40
+
+_STEPS = flags.DEFINE_integer("steps", 2000, "Training steps.", lower_bound=1)
+_KIND = flags.DEFINE_string("kind", "bifocal", "position.kind of the model.")
+_IN_FLIGHT = flags.DEFINE_integer(
+    "in_flight", 2, "Steps dispatched ahead of the host (as a trainer would).", lower_bound=1)
+_FIXED_STEPS = flags.DEFINE_integer(
+    "fixed_steps", 10, "Steps timed afterwards at the fixed input length 40.", lower_bound=0)
+_SMOKE = flags.DEFINE_bool("smoke", False, "Tiny model and lengths (tests: seconds).")
+_OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
+
+
+def reference_config(kind: str, steps: int, smoke: bool = False):
+  c = config_lib.chomsky_config("odds_first", "paper")
+  c.position.kind = kind
+  c.steps = steps
+  if smoke:
+    c.model.num_layers, c.model.d_model, c.model.num_heads, c.batch_size = 1, 16, 2, 8
+  return c
+
+
+class Curriculum:
+  """Their uniform length curriculum: step s draws one input length n in
+  1..max_length (from `(seed, s)`), and its batch holds examples of that
+  length only, padded to the smallest bucket that holds 2n positions."""
+
+  def __init__(self, task_config, *, batch_size: int, seed: int, max_length: int):
+    self.batch_size, self.seed, self.max_length = batch_size, seed, max_length
+    self.tasks = {}
+    for n in range(1, max_length + 1):
+      cfg = task_config.copy_and_resolve_references()
+      cfg.train.min_length = cfg.train.max_length = n
+      self.tasks[n] = tasks.get_task(cfg)
+    self.size = self.tasks[1].split("train").size
+    self.buckets = pipeline.length_buckets(self.tasks[max_length].max_sequence_length("train"))
+
+  def length(self, step: int) -> int:
+    return int(np.random.default_rng([self.seed, step]).integers(1, self.max_length + 1))
+
+  def bucket(self, n: int) -> int:
+    longest = self.tasks[n].max_sequence_length("train")
+    return self.buckets[np.searchsorted(self.buckets, longest)]
+
+  def batch(self, step: int, n: int | None = None) -> dict[str, np.ndarray]:
+    n = self.length(step) if n is None else n
+    indices = (step * self.batch_size + np.arange(self.batch_size)) % self.size
+    return self.tasks[n].batch("train", indices, width=self.bucket(n))
+
+  def dataset(self, steps: int) -> grain.IterDataset:
+    return grain.MapDataset.range(steps).map(self.batch).to_iter_dataset(pipeline.READ_OPTIONS)
+
+
+def abstract_batch(batch_size: int, width: int, mesh) -> dict:
+  sharding_ = sharding.batch_sharding(mesh)
+  dtypes = dict(inputs=np.int32, targets=np.int32, mask=np.float32, valid=bool)
+  return {k: jax.ShapeDtypeStruct((batch_size, width), d, sharding=sharding_)
+          for k, d in dtypes.items()}
+
+
+def compile_buckets(step_fn, abstract_state, batch_size: int, buckets, mesh) -> dict:
+  """The train step compiled for every bucket, two compilations at a time (XLA
+  compiles mostly on one thread and releases the GIL)."""
+  def one(width):
+    return width, step_fn.lower(abstract_state, abstract_batch(batch_size, width, mesh)).compile()
+  with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    return dict(pool.map(one, buckets))
+
+
+def run(steps: int, kind: str, *, in_flight: int = 2, fixed_steps: int = 10,
+        smoke: bool = False) -> dict:
+  config = reference_config(kind, steps, smoke)
+  mesh = sharding.make_mesh(config.mesh)
+  max_length = 4 if smoke else MAX_INPUT_LENGTH
+  curriculum = Curriculum(config.task, batch_size=config.batch_size, seed=config.seed,
+                          max_length=max_length)
+  lengths = np.array([curriculum.length(s) for s in range(steps)])
+  valid_tokens = int(2 * lengths.sum()) * config.batch_size
+  padded_tokens = sum(curriculum.bucket(int(n)) for n in lengths) * config.batch_size
+  with jax.set_mesh(mesh):
+    start = time.perf_counter()
+    s, state = train.setup(config, mesh, task=curriculum.tasks[max_length])
+    setup_done = time.perf_counter()
+    compiled = compile_buckets(train.make_train_step(s), s.abstract_state, config.batch_size,
+                               curriculum.buckets, mesh)
+    compile_done = time.perf_counter()
+    pending = collections.deque()
+    losses = []
+    for batch in curriculum.dataset(steps):
+      state, metrics = compiled[batch["inputs"].shape[1]](state, train.to_global_batch(batch, mesh))
+      pending.append(metrics)
+      if len(pending) > in_flight:  # bound the host's run-ahead, as a trainer's logging does
+        losses.append(float(pending.popleft()["loss"]))
+    losses += [float(m["loss"]) for m in pending]
+    end = time.perf_counter()
+    # Steady state at their setting: input length 40 (bucket 80), no data work.
+    fixed = train.to_global_batch(curriculum.batch(steps, max_length), mesh)
+    step_fn = compiled[fixed["inputs"].shape[1]]
+    fixed_start = time.perf_counter()
+    for _ in range(fixed_steps):
+      state, metrics = step_fn(state, fixed)
+    jax.block_until_ready(metrics)
+    fixed_seconds = (time.perf_counter() - fixed_start) / max(fixed_steps, 1)
+  loop_seconds = end - compile_done
+  reference_seconds = valid_tokens / REFERENCE_TOKENS_PER_SEC
+  fixed_tokens = config.batch_size * fixed["inputs"].shape[1]
+  return dict(
+      machine=bench_util.machine(), kind=kind, steps=steps, batch_size=config.batch_size,
+      model=config.model.to_dict(), buckets=list(curriculum.buckets),
+      compilations=len(compiled),
+      setup_seconds=setup_done - start, compile_seconds=compile_done - setup_done,
+      loop_seconds=loop_seconds, end_to_end_seconds=end - start,
+      valid_tokens=valid_tokens, padded_tokens=padded_tokens,
+      steady_tokens_per_sec=valid_tokens / loop_seconds,
+      steady_padded_tokens_per_sec=padded_tokens / loop_seconds,
+      fixed_length_tokens_per_sec=fixed_tokens / fixed_seconds if fixed_steps else None,
+      first_loss=losses[0], last_loss=float(np.mean(losses[-20:])),
+      reference_tokens_per_sec=REFERENCE_TOKENS_PER_SEC,
+      reference_end_to_end_seconds_lower_bound=reference_seconds,
+      speedup_vs_reference=reference_seconds / (end - start))
+
+
+def main(argv):
+  del argv
+  r = run(_STEPS.value, _KIND.value, in_flight=_IN_FLIGHT.value, fixed_steps=_FIXED_STEPS.value,
+          smoke=_SMOKE.value)
+  m = r["machine"]
+  print(f"{m['cpu']}, {m['cores']} cores, {m['date']}, load average {m['load_average']}")
+  print(f"odds_first, {r['kind']}, {r['model']['num_layers']} layers, width "
+        f"{r['model']['d_model']}, {r['model']['num_heads']} heads, batch {r['batch_size']}, "
+        f"{r['steps']} steps, uniform input lengths 1..{MAX_INPUT_LENGTH} per batch, buckets "
+        f"{r['buckets']} ({r['compilations']} compilations)")
+  print(f"end-to-end {r['end_to_end_seconds']:.0f} s = setup {r['setup_seconds']:.1f} s + "
+        f"compile {r['compile_seconds']:.1f} s + {r['steps']} steps {r['loop_seconds']:.1f} s")
+  print(f"steady state: {r['steady_tokens_per_sec']:,.0f} tokens/s "
+        f"({r['steady_padded_tokens_per_sec']:,.0f} with padding); fixed length 40: "
+        f"{r['fixed_length_tokens_per_sec'] or 0:,.0f} tokens/s")
+  print(f"loss {r['first_loss']:.3f} -> {r['last_loss']:.3f}")
+  print(f"reference: >= {r['reference_end_to_end_seconds_lower_bound']:.0f} s for the same "
+        f"tokens at {REFERENCE_TOKENS_PER_SEC:,.0f} tokens/s (plus their recompilations): "
+        f"{r['speedup_vs_reference']:.2f}x faster end to end")
+  bench_util.write_json(_OUT.value, r)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,60 @@
+"""The performance benchmarks run end to end at tiny sizes (`benchmarks/`).
+
+Their figures are measured by hand (README, Performance); these tests keep the
+scripts working: each runs as a subprocess at its smallest setting and writes
+JSON whose figures must be present and sane. `gpu.py --tiny` is the dry run
+of the accelerator script on CPU.
+"""
+
+import json
+import subprocess
+import sys
+
+import helpers
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def run_script(name, *flags, tmp_path):
+  out = tmp_path / f"{name}.json"
+  subprocess.run([sys.executable, f"benchmarks/{name}.py", *flags, f"--out={out}"],
+                 cwd=helpers.ROOT, env=helpers.subprocess_env(), check=True, capture_output=True,
+                 timeout=600)
+  return json.loads(out.read_text())
+
+
+def test_step_benchmark(tmp_path):
+  (r,) = run_script("step_benchmark", "--configs=smoke", "--rounds=2", "--peak_scale=0.03",
+                    "--data_steps=3", tmp_path=tmp_path)["results"]
+  for kind in ("bifocal", "rope", "flax"):
+    step = r["steps"][kind]
+    assert step["seconds"] > 0 and step["tokens_per_sec"] > 0 and step["mfu"] > 0, kind
+  assert r["flops_per_step"] > 0 and r["peak_flops_per_sec"] > 0
+  assert r["bifocal_over_rope"] > 0 and r["flax_over_bifocal"] > 0
+  assert r["pipeline_over_step"] > 0 and r["steps"]["bifocal"]["compile_seconds"] > 0
+
+
+def test_reference_trainer(tmp_path):
+  r = run_script("reference_trainer", "--smoke", "--steps=6", "--fixed_steps=1",
+                 tmp_path=tmp_path)
+  assert r["steps"] == 6 and r["compilations"] == len(r["buckets"])
+  assert r["end_to_end_seconds"] >= r["compile_seconds"] + r["loop_seconds"]
+  assert r["valid_tokens"] <= r["padded_tokens"]
+  assert r["first_loss"] > 0 and r["steady_tokens_per_sec"] > 0
+
+
+def test_long_eval(tmp_path):
+  # 2048 tokens: beyond one query chunk (1024), so the chunked path runs.
+  r = run_script("long_eval", "--lengths=256,2048", "--runs=1", tmp_path=tmp_path)
+  assert [row["length"] for row in r["rows"]] == [256, 2048]
+  for row in r["rows"]:
+    assert row["seconds"] > 0 and row["peak_rss_mb"] >= row["rss_before_compile_mb"] > 0
+
+
+def test_gpu_script_dry_run(tmp_path):
+  r = run_script("gpu", "--tiny", "--rounds=1", tmp_path=tmp_path)
+  assert r["peak"]["flops_per_sec"] > 0
+  assert r["train"]["mfu"] > 0 and r["train"]["fused_attention_in_step"] is False  # CPU
+  assert r["attention"]["ours forward+backward"]["seconds"] > 0
+  assert "cudnn forward" not in r["attention"]  # cuDNN needs a GPU
