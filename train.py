@@ -11,6 +11,11 @@ other clusters (and for tests on CPU) pass `--coordinator_address`,
 
 import sys
 
+from bifocal_jax import host
+
+host.use_tuned_allocator()  # before JAX starts: see bifocal_jax/host.py
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 from ml_collections import config_flags

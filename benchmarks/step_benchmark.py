@@ -28,6 +28,11 @@ compile of the bifocal step.
 
 from __future__ import annotations
 
+from bifocal_jax import host
+
+host.use_tuned_allocator()  # before JAX starts: see bifocal_jax/host.py
+# pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+
 import os
 import sys
 import time

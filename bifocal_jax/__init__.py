@@ -5,17 +5,11 @@ The public names of `../shared/design.md`'s library contract. Submodules:
 `linen`, `analysis`, `train`, `evaluate`.
 """
 
-from bifocal_jax.rope import (
-    BifocalRoPE,
-    GeometricRoPE,
-    PerHeadSpectralRoPE,
-    SpectralFrequency,
-    SpectralRoPE,
-    apply_rope,
-    geometric_frequencies,
-)
+import importlib
 
-__all__ = [
+# Loaded on first use, so that importing a light submodule (`bifocal_jax.host`,
+# which runs before JAX starts) does not import JAX and Flax.
+_ROPE_NAMES = (
     "BifocalRoPE",
     "GeometricRoPE",
     "PerHeadSpectralRoPE",
@@ -23,5 +17,18 @@ __all__ = [
     "SpectralRoPE",
     "apply_rope",
     "geometric_frequencies",
-]
+)
+
+
+def __getattr__(name):
+  if name in _ROPE_NAMES:
+    return getattr(importlib.import_module("bifocal_jax.rope"), name)
+  raise AttributeError(f"module 'bifocal_jax' has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted([*globals(), *_ROPE_NAMES])
+
+
+__all__ = list(_ROPE_NAMES)
 __version__ = "0.1.0"
