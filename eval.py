@@ -20,6 +20,7 @@ from absl import app
 from absl import flags
 
 from bifocal_jax import evaluate
+from bifocal_jax import launch
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory to evaluate.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
@@ -44,6 +45,7 @@ _BATCH_SIZE = flags.DEFINE_integer(
 
 
 def main(argv):
+  launch.quiet_library_logs()
   extra = argv[1:]
   if _COMPARE.value is not None:
     workdirs = [w for w in _COMPARE.value.split(",") if w] + extra

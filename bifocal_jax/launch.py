@@ -11,6 +11,7 @@ task died"; status 134): nothing hangs, and re-running resumes.
 
 from __future__ import annotations
 
+import logging as std_logging
 import os
 import re
 import sys
@@ -46,6 +47,30 @@ def initialize_distributed() -> None:
         heartbeat_timeout_seconds=_HEARTBEAT.value)
   elif os.environ.get("TPU_WORKER_HOSTNAMES") or os.environ.get("MEGASCALE_COORDINATOR_ADDRESS"):
     jax.distributed.initialize()
+
+
+class _ProjectInfoOnly(std_logging.Filter):
+  """INFO records of this project only; WARNING and above from everyone.
+
+  Orbax logs each checkpoint's stages at INFO (about 200 lines in a 1,500-step
+  run), which buried the progress bar and our own messages.
+  """
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    if record.levelno >= std_logging.WARNING:
+      return True
+    path = os.path.abspath(record.pathname)
+    return (f"{os.sep}bifocal_jax{os.sep}" in path
+            or path == os.path.abspath(sys.argv[0]))  # the entry point itself
+
+
+def quiet_library_logs() -> None:
+  """Hides other libraries' INFO logs (Orbax, JAX) unless `--verbosity` >= 1."""
+  if logging.get_verbosity() > logging.INFO:
+    return
+  handler = logging.get_absl_handler()
+  if not any(isinstance(f, _ProjectInfoOnly) for f in handler.filters):
+    handler.addFilter(_ProjectInfoOnly())
 
 
 def fail(message: str, status: int = 2):
@@ -105,6 +130,7 @@ def run_training(config, workdir: str, *, overwrite: bool = False) -> int:
   from bifocal_jax import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
   from bifocal_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from bifocal_jax import train  # pylint: disable=g-import-not-at-top
+  quiet_library_logs()
   initialize_distributed()
   try:
     # Validated before anything touches the workdir (`train_and_evaluate` checks again).
