@@ -7,8 +7,8 @@ for the Chomsky-hierarchy transformer at batch 128, length 80) with
 step page-faults half a gigabyte of zeroed memory: about a quarter of the CPU
 time went to the kernel. With one arena, no `mmap` for large blocks, a high trim
 threshold and transparent huge pages, the buffer stays mapped from step to step
-(`benchmarks/reference_trainer.py`: 0.77 s -> 0.58 s per step; the README has
-the figures). Peak resident memory grows (freed blocks are kept for reuse).
+(that model at length 80: 0.77 s -> 0.58 s per step; the README's Performance
+section has the benchmark figures). Peak resident memory grows (freed blocks are kept for reuse).
 
 glibc reads `GLIBC_TUNABLES` only at process start, so the entry points
 (`train.py`, the training benchmarks) call `use_tuned_allocator()` first: it
