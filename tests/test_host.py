@@ -1,6 +1,7 @@
 """bifocal_jax/host.py: when the allocator re-execution happens, and that it happens once."""
 
 import os
+import platform
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,7 @@ from bifocal_jax import host
 
 PID = 1234
 linux_glibc = pytest.mark.skipif(
-    sys.platform != "linux" or __import__("platform").libc_ver()[0] != "glibc",
+    sys.platform != "linux" or platform.libc_ver()[0] != "glibc",
     reason="the tunables are glibc's")
 
 
@@ -31,7 +32,8 @@ def test_should_reexec(environ, expected):
 def test_package_import_stays_light():
   # host runs before JAX starts: importing it must not import JAX.
   code = "import sys, bifocal_jax.host; print('jax' in sys.modules)"
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       timeout=120)
   assert out.stdout.strip() == "False"
 
 
@@ -51,7 +53,7 @@ def test_reexecutes_once_with_the_same_arguments_and_children_inherit(tmp_path):
   env = {k: v for k, v in os.environ.items()
          if k not in ("GLIBC_TUNABLES", "BIFOCAL_HOST_ALLOCATOR", "BIFOCAL_HOST_ALLOCATOR_PID")}
   out = subprocess.run([sys.executable, str(script), "parent"], env=env, capture_output=True,
-                       text=True, check=True).stdout.splitlines()
+                       text=True, check=True, timeout=120).stdout.splitlines()
   starts = [line.split() for line in out if line.startswith("start")]
   # The parent starts twice (re-executed once: same pid, now with the tunables);
   # the child inherits them and starts once.
@@ -67,6 +69,6 @@ def test_opt_out_runs_without_reexecution(tmp_path):
   script = tmp_path / "entry.py"
   script.write_text("from bifocal_jax import host\nprint('start')\nhost.use_tuned_allocator()\n")
   env = dict(os.environ, BIFOCAL_HOST_ALLOCATOR="default")
-  out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+  out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120,
                        check=True).stdout.splitlines()
   assert out == ["start"]
