@@ -179,3 +179,51 @@ def test_mismatched_positions_raise(kind, position_config):
   x, _, _ = inputs()
   with pytest.raises(ValueError, match=r"positions.*\(2, 7\)"):
     nnx.eval_shape(lambda layer: layer(x, jnp.zeros((BATCH, SEQ + 1), jnp.int32)), layer)
+
+
+# The CPU path's hand-written backward passes against autodiff of the plain maths.
+
+def _random(shape, seed):
+  return jnp.asarray(np.random.default_rng(seed).standard_normal(shape), jnp.float32)
+
+
+def _vjp(fn, args, cotangent):
+  """Gradients of `sum(fn(*args) * cotangent)` for every argument."""
+  return jax.grad(lambda *a: jnp.sum(fn(*a) * cotangent), argnums=tuple(range(len(args))))(*args)
+
+
+@pytest.mark.parametrize("head_dim", [2, 8])
+def test_softmax_attention_gradients_match_autodiff(head_dim):
+  b, h, length = 2, 3, 7
+  q, k, v = (_random((b, h, length, head_dim), seed) for seed in range(3))
+  # Causal, plus padding that masks every key of the first query of sequence 1.
+  valid = jnp.asarray(np.arange(length)[None] >= np.array([[0], [2]]))
+  bias = attention._mask_bias(0, length, length, valid, causal=True)
+
+  def reference(q, k, v):
+    return jax.nn.softmax(jnp.einsum("bhqk,bhsk->bhqs", q, k) + bias, axis=-1) @ v
+  cotangent = _random((b, h, length, head_dim), 3)
+  fast = attention.softmax_attention
+  np.testing.assert_allclose(fast(q, k, v, bias), reference(q, k, v), rtol=1e-5, atol=1e-6)
+  for name, got, want in zip("qkv", _vjp(lambda q, k, v: fast(q, k, v, bias), (q, k, v), cotangent),
+                             _vjp(reference, (q, k, v), cotangent)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize("layout", rope.LAYOUTS)
+@pytest.mark.parametrize("frequency_shape", [(3,), (2, 3), (2, 2)])  # shared, per head, partial
+def test_rotate_queries_keys_gradients_match_autodiff(layout, frequency_shape):
+  qk = _random((2, 2, 5, 2, 6), 0)  # [q|k, batch, seq, heads, head_dim]
+  positions = jnp.asarray([[0, 3, 4, 9, 20], [1, 2, 5, 6, 40]])
+  frequencies = jnp.abs(_random(frequency_shape, 1)) + 0.1
+
+  def reference(qk, frequencies):
+    return rope.rotate(qk, *rope.rotary_cos_sin(positions, frequencies), layout)
+
+  def fast(qk, frequencies):
+    return attention.rotate_queries_keys(qk, positions, frequencies, layout)
+  cotangent = _random(qk.shape, 2)
+  np.testing.assert_allclose(fast(qk, frequencies), reference(qk, frequencies), atol=1e-6)
+  for name, got, want in zip(("qk", "frequencies"), _vjp(fast, (qk, frequencies), cotangent),
+                             _vjp(reference, (qk, frequencies), cotangent)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"d{name}")

@@ -58,3 +58,11 @@ def test_gpu_script_dry_run(tmp_path):
   assert r["train"]["mfu"] > 0 and r["train"]["fused_attention_in_step"] is False  # CPU
   assert r["attention"]["ours forward+backward"]["seconds"] > 0
   assert "cudnn forward" not in r["attention"]  # cuDNN needs a GPU
+
+
+def test_attention_kernels(tmp_path):
+  (r,) = run_script("attention_kernels", "--shapes=2,2,16,8", "--repeats=1",
+                    tmp_path=tmp_path)["rows"]
+  assert r["shape"] == dict(batch=2, heads=2, length=16, head_dim=8)
+  assert set(r["seconds"]) == {"kernel dot", "kernel reduce", "attention dot", "attention reduce"}
+  assert min(r["seconds"].values()) > 0 and r["attention_dot_over_reduce"] > 0
