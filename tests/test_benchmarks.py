@@ -37,8 +37,14 @@ def test_step_benchmark(tmp_path):
 
 def test_reference_trainer(tmp_path):
   r = run_script("reference_trainer", "--smoke", "--steps=6", "--fixed_steps=1",
-                 tmp_path=tmp_path)
+                 "--reference_compile_samples=1", tmp_path=tmp_path)
   assert r["steps"] == 6 and r["compilations"] == len(r["buckets"])
+  assert all(b % 8 == 0 for b in r["buckets"]) and r["buckets"][-1] >= 2 * r["max_input_length"]
+  (compile_seconds,) = r["reference_compile_sample_seconds"]
+  assert r["reference_compile_seconds_estimate"] == pytest.approx(
+      r["max_input_length"] * compile_seconds)
+  assert (r["reference_end_to_end_seconds_estimate"]
+          > r["reference_end_to_end_seconds_lower_bound"])
   assert r["end_to_end_seconds"] >= r["compile_seconds"] + r["loop_seconds"]
   assert r["valid_tokens"] <= r["padded_tokens"]
   assert r["first_loss"] > 0 and r["steady_tokens_per_sec"] > 0
