@@ -86,10 +86,11 @@ def reference_config(kind: str, steps: int, smoke: bool = False):
 class Curriculum:
   """Their uniform length curriculum: step s draws one input length n in
   1..max_length (from `(seed, s)`), and its batch holds examples of that
-  length only, padded to the smallest bucket that holds 2n positions."""
+  length only, padded to the smallest bucket that holds 2n positions: the
+  multiples of `bucket_every`, or powers of two when it is 0."""
 
   def __init__(self, task_config, *, batch_size: int, seed: int, max_length: int,
-               bucket_every: int = 0):
+               bucket_every: int):
     self.batch_size, self.seed, self.max_length = batch_size, seed, max_length
     self.tasks = {}
     for n in range(1, max_length + 1):

@@ -3,8 +3,9 @@
 Compiles dominate the run time, so each layer structure is compiled once:
 `run_layer` returns the output and the vmapped per-sequence output together,
 and every test of that structure reuses it. The layers here are
-bidirectional, so padding is what the mask must handle; causal masking and
-gradients are tested through the whole model in `test_model.py`.
+bidirectional, so padding is what the mask must handle; causal masking is
+tested through the whole model in `test_model.py`. At the end, the CPU path's
+hand-written backward passes are checked against autodiff of the plain maths.
 """
 
 import chex
