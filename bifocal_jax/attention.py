@@ -187,15 +187,30 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
   sequences longer than `query_chunk` the queries are processed in chunks,
   so the score memory is `chunk x L` per head instead of `L x L`.
   `positions_BxL` may be `[1, L]` (shared by the batch).
+
+  `valid_BxL` marks real tokens. cuDNN's kernel takes padding only as
+  sequence lengths, so on that path `valid_BxL` must be right padding (each
+  row a prefix of True, as the task pipelines make it): rows that are not
+  come out NaN rather than silently attending to the wrong keys. Every
+  other path takes any mask.
   """
   if jax.default_backend() != "cpu":
     bias = None
     if alibi_slopes is not None:
       bias = rope_lib.alibi_bias(positions_BxL, positions_BxL, alibi_slopes).astype(q_BxLxHxK.dtype)
-    mask = None if valid_BxL is None else valid_BxL[:, None, None, :]
-    implementation = "cudnn" if _cudnn_applies(q_BxLxHxK, bias) else None
-    return jax.nn.dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, bias=bias, mask=mask,
-                                        is_causal=causal, implementation=implementation)
+    if not _cudnn_applies(q_BxLxHxK, bias):
+      mask = None if valid_BxL is None else valid_BxL[:, None, None, :]
+      return jax.nn.dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, bias=bias, mask=mask,
+                                          is_causal=causal)
+    if valid_BxL is None:
+      return jax.nn.dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, is_causal=causal,
+                                          implementation="cudnn")
+    lengths_B = jnp.sum(valid_BxL, axis=-1, dtype=jnp.int32)
+    out = jax.nn.dot_product_attention(
+        q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, is_causal=causal, query_seq_lengths=lengths_B,
+        key_value_seq_lengths=lengths_B, implementation="cudnn")
+    is_prefix_B = jnp.all(valid_BxL == (jnp.arange(valid_BxL.shape[-1]) < lengths_B[:, None]), -1)
+    return jnp.where(is_prefix_B[:, None, None, None], out, jnp.nan)
   scale = jnp.asarray(q_BxLxHxK.shape[-1] ** -0.5, q_BxLxHxK.dtype)
   q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q_BxLxHxK * scale, k_BxLxHxK, v_BxLxHxK))
   length = q.shape[2]

@@ -61,9 +61,18 @@ def test_long_eval(tmp_path):
 def test_gpu_script_dry_run(tmp_path):
   r = run_script("gpu", "--tiny", "--rounds=1", tmp_path=tmp_path)
   assert r["peak"]["flops_per_sec"] > 0
-  assert r["train"]["mfu"] > 0 and r["train"]["fused_attention_in_step"] is False  # CPU
+  for kind in ("bifocal", "rope"):
+    t = r["train"]["kinds"][kind]
+    assert t["mfu"] > 0 and t["fused_attention_in_step"] is False  # CPU
+  assert r["train"]["bifocal_over_rope"] > 0
   assert r["attention"]["ours forward+backward"]["seconds"] > 0
   assert "cudnn forward" not in r["attention"]  # cuDNN needs a GPU
+  # bf16 attention against float32 maths (on CPU any mask is exact: no NaN row).
+  g = r["agreement"]
+  assert g["within_bf16_tolerance"] and max(g["relative_errors"].values()) > 0
+  assert not g["cudnn_applies"] and not g["holed_mask_row_nan"] and g["other_rows_finite"]
+  assert [row["length"] for row in r["long_eval"]["rows"]] == [64, 256]
+  assert all(row["device_mb"] > 0 and row["seconds"] > 0 for row in r["long_eval"]["rows"])
 
 
 def test_attention_kernels(tmp_path):
