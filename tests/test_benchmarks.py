@@ -48,6 +48,13 @@ def test_reference_trainer(tmp_path):
   assert r["end_to_end_seconds"] >= r["compile_seconds"] + r["loop_seconds"]
   assert r["valid_tokens"] <= r["padded_tokens"]
   assert r["first_loss"] > 0 and r["steady_tokens_per_sec"] > 0
+  # Their trainer rebuilt in Haiku, on the same lengths: one compilation per length met.
+  h = r["haiku_rebuild"]
+  assert h["tokens"] == r["valid_tokens"] and h["steps"] == r["steps"]
+  assert 1 <= h["compilations"] <= r["max_input_length"]
+  assert h["end_to_end_seconds"] >= h["setup_seconds"] + h["loop_seconds"] - 1e-6
+  assert r["speedup_vs_haiku_rebuild"] == pytest.approx(
+      h["end_to_end_seconds"] / r["end_to_end_seconds"])
 
 
 def test_long_eval(tmp_path):
