@@ -206,9 +206,12 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
       return jax.nn.dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, is_causal=causal,
                                           implementation="cudnn")
     lengths_B = jnp.sum(valid_BxL, axis=-1, dtype=jnp.int32)
+    # A padding row (no valid token) still attends to one key, so that its
+    # output stays finite as on the other paths (the loss masks it out).
+    kernel_lengths_B = jnp.maximum(lengths_B, 1)
     out = jax.nn.dot_product_attention(
-        q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, is_causal=causal, query_seq_lengths=lengths_B,
-        key_value_seq_lengths=lengths_B, implementation="cudnn")
+        q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, is_causal=causal, query_seq_lengths=kernel_lengths_B,
+        key_value_seq_lengths=kernel_lengths_B, implementation="cudnn")
     is_prefix_B = jnp.all(valid_BxL == (jnp.arange(valid_BxL.shape[-1]) < lengths_B[:, None]), -1)
     return jnp.where(is_prefix_B[:, None, None, None], out, jnp.nan)
   scale = jnp.asarray(q_BxLxHxK.shape[-1] ** -0.5, q_BxLxHxK.dtype)
