@@ -78,6 +78,7 @@ def test_gpu_script_dry_run(tmp_path):
   g = r["agreement"]
   assert g["within_bf16_tolerance"] and max(g["relative_errors"].values()) > 0
   assert not g["cudnn_applies"] and not g["holed_mask_row_nan"] and g["other_rows_finite"]
+  assert g["padding_row_finite"]
   assert [row["length"] for row in r["long_eval"]["rows"]] == [64, 256]
   assert all(row["device_mb"] > 0 and row["seconds"] > 0 for row in r["long_eval"]["rows"])
 
