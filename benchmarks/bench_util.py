@@ -19,6 +19,9 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from bifocal_jax import tasks, train
 
 
 def machine() -> dict:
@@ -113,6 +116,19 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def long_eval_inputs(config, length: int, mesh):
+  """The evaluation step of `config`'s model and its arguments for one
+  sequence of `length` random tokens, all valid: `(eval_step, (params, batch,
+  rng))`. Call inside `jax.set_mesh(mesh)`."""
+  task = tasks.get_task(config.task)
+  s, state = train.setup(config, mesh, task=task)
+  tokens = np.random.default_rng(length).integers(1, task.vocab_size, (1, length)).astype(np.int32)
+  batch = train.to_global_batch(dict(
+      inputs=tokens, targets=np.roll(tokens, -1, axis=1),
+      mask=np.ones((1, length), np.float32), valid=np.ones((1, length), bool)), mesh)
+  return train.make_eval_step(s), (state["params"], batch, jax.random.key(0))
 
 
 def load_config(path: str, arg: str | None = None):

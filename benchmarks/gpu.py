@@ -124,7 +124,7 @@ def bench_train(sizes, rounds, peak_flops) -> dict:
     seconds = bench_util.median(times[kind]["wall"])
     out[kind].update(step_seconds=seconds, tokens_per_sec=c.batch_size * length / seconds,
                      mfu=out[kind]["flops_per_step"] / seconds / peak_flops if peak_flops else None)
-  return dict(model=c.model.to_dict(), batch_size=c.batch_size, length=length, **out[KINDS[0]],
+  return dict(model=c.model.to_dict(), batch_size=c.batch_size, length=length,
               kinds=out, bifocal_over_rope=bench_util.median_ratio(
                   times["bifocal"]["wall"], times["rope"]["wall"]))
 
@@ -182,10 +182,12 @@ def check_agreement(sizes) -> dict:
       probs = jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
       return jnp.einsum("bhqs,bshk->bqhk", probs, v)
 
-  def ours(q, k, v):
+  def attend_bf16(q, k, v, valid_BxL):
     cast = lambda x: x.astype(jnp.bfloat16)
-    return attention.attend(cast(q), cast(k), cast(v), positions, valid,
+    return attention.attend(cast(q), cast(k), cast(v), positions, valid_BxL,
                             causal=True).astype(jnp.float32)
+
+  ours = lambda q, k, v: attend_bf16(q, k, v, valid)
 
   def with_grads(fn):
     out, vjp = jax.vjp(fn, q, k_, v)
@@ -198,13 +200,9 @@ def check_agreement(sizes) -> dict:
     errors[name] = float(jnp.linalg.norm((got - want) * weight) / jnp.linalg.norm(want * weight))
   cudnn = attention._cudnn_applies(q.astype(jnp.bfloat16), None)  # pylint: disable=protected-access
   # cuDNN takes padding as lengths: a mask with a hole must poison its row, not pass.
-  holed = valid.at[0, 0].set(False)
-  out = jax.jit(lambda: attention.attend(*(x.astype(jnp.bfloat16) for x in (q, k_, v)), positions,
-                                         holed, causal=True))()
+  out = jax.jit(attend_bf16)(q, k_, v, valid.at[0, 0].set(False))
   # A padding row (every token invalid, as `pad_rows` makes) must stay finite.
-  emptied = valid.at[-1].set(False)
-  out_empty = jax.jit(lambda: attention.attend(*(x.astype(jnp.bfloat16) for x in (q, k_, v)),
-                                               positions, emptied, causal=True))()
+  out_empty = jax.jit(attend_bf16)(q, k_, v, valid.at[-1].set(False))
   return dict(shape=[b, l, h, k], cudnn_applies=cudnn, relative_errors=errors,
               within_bf16_tolerance=all(e < 2e-2 for e in errors.values()),
               holed_mask_row_nan=bool(jnp.isnan(out[0]).all()),
@@ -218,22 +216,14 @@ def bench_long_eval(sizes, rounds) -> dict:
   for length in sizes["eval_lengths"]:
     c = bench_util.load_config("configs/dyck.py")
     c.model.dtype = "bfloat16"
-    task = tasks.get_task(c.task)
     mesh = sharding.make_mesh(c.mesh)
     with jax.set_mesh(mesh):
-      s, state = train.setup(c, mesh, task=task)
-      tokens = np.random.default_rng(length).integers(1, task.vocab_size, (1, length))
-      tokens = tokens.astype(np.int32)
-      batch = train.to_global_batch(dict(
-          inputs=tokens, targets=np.roll(tokens, -1, axis=1),
-          mask=np.ones((1, length), np.float32), valid=np.ones((1, length), bool)), mesh)
-      key = jax.random.key(0)
+      eval_step, args = bench_util.long_eval_inputs(c, length, mesh)
       start = time.perf_counter()
-      compiled = train.make_eval_step(s).lower(state["params"], batch, key).compile()
+      compiled = eval_step.lower(*args).compile()
       compile_seconds = time.perf_counter() - start
       memory = compiled.memory_analysis()
-      run = lambda compiled=compiled, params=state["params"], batch=batch, key=key: compiled(
-          params, batch, key)
+      run = lambda compiled=compiled, args=args: compiled(*args)
       jax.block_until_ready(run())
       seconds = bench_util.median(bench_util.interleave({"eval": run}, repeats=rounds)["eval"]["wall"])
     device_bytes = None

@@ -63,15 +63,14 @@ def sin_cos_encoding(length: int, width: int) -> np.ndarray:
   return np.concatenate([np.sin(angles), np.cos(angles)], axis=-1)
 
 
-def encoder_logits(x_BxNxV, *, width: int, layers: int, heads: int, dropout: float,
-                   is_training: bool = True):
+def encoder_logits(x_BxNxV, *, width: int, layers: int, heads: int, dropout: float):
   """Logits `[B, n, VOCAB]` for the n empty positions after the input tape."""
   batch, n, _ = x_BxNxV.shape
   tape = jnp.concatenate([
       jnp.pad(x_BxNxV, ((0, 0), (0, 0), (0, 1))),              # input symbols, 3 channels
       jax.nn.one_hot(jnp.full((batch, n), VOCAB), VOCAB + 1)],  # n empty output cells
                          axis=1)
-  drop = (lambda h: hk.dropout(hk.next_rng_key(), dropout, h)) if is_training else (lambda h: h)
+  drop = lambda h: hk.dropout(hk.next_rng_key(), dropout, h)  # training only, as timed
   embed_init = hk.initializers.TruncatedNormal(stddev=0.02)
   h = hk.Linear(width, with_bias=False, w_init=embed_init)(tape) * np.sqrt(width)
   h = drop(h + sin_cos_encoding(2 * n, width))

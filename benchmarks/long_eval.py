@@ -29,7 +29,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from bifocal_jax import sharding, tasks, train
+from bifocal_jax import sharding
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -52,26 +52,18 @@ def rss_mb() -> float:
 def evaluate_length(length: int, config_path: str, kind: str, runs: int) -> dict:
   config = bench_util.load_config(config_path)
   config.position.kind = kind
-  task = tasks.get_task(config.task)
   mesh = sharding.make_mesh(config.mesh)
   with jax.set_mesh(mesh):
-    s, state = train.setup(config, mesh, task=task)
-    eval_step = train.make_eval_step(s)
-    rng = np.random.default_rng(length)
-    tokens = rng.integers(1, task.vocab_size, (1, length)).astype(np.int32)
-    batch = train.to_global_batch(dict(
-        inputs=tokens, targets=np.roll(tokens, -1, axis=1),
-        mask=np.ones((1, length), np.float32), valid=np.ones((1, length), bool)), mesh)
-    key = jax.random.key(0)
+    eval_step, args = bench_util.long_eval_inputs(config, length, mesh)
     before = rss_mb()
     start = time.perf_counter()
-    compiled = eval_step.lower(state["params"], batch, key).compile()
+    compiled = eval_step.lower(*args).compile()
     compile_seconds = time.perf_counter() - start
-    jax.block_until_ready(compiled(state["params"], batch, key))
+    jax.block_until_ready(compiled(*args))
     seconds = []
     for _ in range(runs):
       start = time.perf_counter()
-      jax.block_until_ready(compiled(state["params"], batch, key))
+      jax.block_until_ready(compiled(*args))
       seconds.append(time.perf_counter() - start)
   peak = rss_mb()
   return dict(length=length, seconds=bench_util.median(seconds),
