@@ -30,9 +30,11 @@ launch.define_distributed_flags()
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def main(argv):
+def main(argv, hooks=()):
+  """`hooks`: `bifocal_jax.train.Hook`s (tests inject them; see tests/train_with_signal.py)."""
   del argv
-  sys.exit(launch.run_training(_CONFIG.value, _WORKDIR.value, overwrite=_OVERWRITE.value))
+  sys.exit(launch.run_training(_CONFIG.value, _WORKDIR.value, overwrite=_OVERWRITE.value,
+                               hooks=hooks))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bifocal_jax import tasks, train
+from bifocal_jax import config as config_lib
+from bifocal_jax import state, tasks
+from bifocal_jax import steps as steps_lib
 
 
 def machine() -> dict:
@@ -123,18 +125,16 @@ def long_eval_inputs(config, length: int, mesh):
   sequence of `length` random tokens, all valid: `(eval_step, (params, batch,
   rng))`. Call inside `jax.set_mesh(mesh)`."""
   task = tasks.get_task(config.task)
-  s, state = train.setup(config, mesh, task=task)
+  s, train_state = state.setup(config, mesh, task=task)
   tokens = np.random.default_rng(length).integers(1, task.vocab_size, (1, length)).astype(np.int32)
-  batch = train.to_global_batch(dict(
+  batch = steps_lib.to_global_batch(dict(
       inputs=tokens, targets=np.roll(tokens, -1, axis=1),
-      mask=np.ones((1, length), np.float32), valid=np.ones((1, length), bool)), mesh)
-  return train.make_eval_step(s), (state["params"], batch, jax.random.key(0))
+      mask=np.ones((1, length), np.float32), valid=np.ones((1, length), bool),
+      length=np.array([length], np.int32), depth=np.zeros((1,), np.int32)), mesh,
+      steps_lib.EVAL_FIELDS)
+  return steps_lib.make_eval_step(s), (train_state["params"], batch, jax.random.key(0))
 
 
 def load_config(path: str, arg: str | None = None):
   """`get_config(arg)` of a config file (path relative to the repository)."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  spec = importlib.util.spec_from_file_location("benchmark_config", os.path.join(REPO, path))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+  return config_lib.load_file(os.path.join(REPO, path), arg)

@@ -44,13 +44,15 @@ def time_iterator(iterator, steps, repeats):
 def time_train_step(config, task, batches):
   """Seconds per train step of `config` on `batches` (after compiling each shape)."""
   import jax  # pylint: disable=g-import-not-at-top
-  from bifocal_jax import sharding, train  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import sharding  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import state as state_lib  # pylint: disable=g-import-not-at-top
 
   mesh = sharding.make_mesh(config.mesh)
   with jax.set_mesh(mesh):
-    setup, state = train.setup(config, mesh, task=task)
-    train_step = train.make_train_step(setup)
-    global_batches = [train.to_global_batch(b, mesh) for b in batches]
+    setup, state = state_lib.setup(config, mesh, task=task)
+    train_step = steps_lib.make_train_step(setup)
+    global_batches = [steps_lib.to_global_batch(b, mesh) for b in batches]
     for shape in {b["inputs"].shape: b for b in global_batches}.values():  # compile each bucket.
       state, metrics = train_step(state, shape)
     jax.block_until_ready(metrics)

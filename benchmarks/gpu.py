@@ -6,7 +6,7 @@ at an accelerator-sized config, and the fused attention path.
 
 Sections (each reports its error instead of stopping the others):
   peak       a `size`^3 bfloat16 `jnp.dot` (float32 accumulation inside).
-  train      `train.make_train_step` on Dyck at width 1024, 16 heads (head
+  train      `steps.make_train_step` on Dyck at width 1024, 16 heads (head
              dim 64), 8 layers, batch 64, 1024 tokens, bfloat16 compute, for
              position.kind bifocal and rope (timed interleaved: the bifocal
              overhead on an accelerator); MFU = model FLOPs per step / step
@@ -19,7 +19,7 @@ Sections (each reports its error instead of stopping the others):
              bf16 with causal + padding masks, against float32 attention
              written out in jnp: relative errors of the output and of the
              q, k, v gradients (bf16 operands land between 1e-3 and 1e-2).
-  long_eval  the evaluation step (`train.make_eval_step`) of the default Dyck
+  long_eval  the evaluation step (`steps.make_eval_step`) of the default Dyck
              model in bfloat16 on one sequence of 1,024 to 16,384 tokens: time
              and the compiled program's device memory (arguments + outputs +
              temporaries, from XLA's memory analysis).
@@ -41,7 +41,9 @@ import numpy as np
 from absl import app, flags
 
 from bifocal_jax import attention, model as model_lib
-from bifocal_jax import sharding, tasks, train
+from bifocal_jax import sharding, tasks
+from bifocal_jax import steps as steps_lib
+from bifocal_jax import state as state_lib
 from bifocal_jax.tasks import pipeline
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -100,13 +102,13 @@ def bench_train(sizes, rounds, peak_flops) -> dict:
     task = tasks.get_task(c.task)
     mesh = sharding.make_mesh(c.mesh)
     with jax.set_mesh(mesh):
-      s, state = train.setup(c, mesh, task=task)
+      s, state = state_lib.setup(c, mesh, task=task)
       batch_iter = iter(pipeline.train_dataset(
           task, batch_size_per_process=c.batch_size // jax.process_count(), seed=0,
           buckets=(length,)))
-      batch = train.to_global_batch(next(batch_iter), mesh)
+      batch = steps_lib.to_global_batch(next(batch_iter), mesh)
       start = time.perf_counter()
-      compiled = train.make_train_step(s).lower(state, batch).compile()
+      compiled = steps_lib.make_train_step(s).lower(state, batch).compile()
       compile_seconds = time.perf_counter() - start
     box = [state]
 

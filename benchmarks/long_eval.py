@@ -6,7 +6,7 @@ r"""Evaluation time and peak memory of long sequences, one length per process.
 
 Each length runs in a fresh subprocess (so its peak resident memory is its
 own): it builds the config's model (default: `configs/dyck.py`), compiles the
-project's evaluation step (`train.make_eval_step`: forward pass, loss and
+project's evaluation step (`steps.make_eval_step`: forward pass, loss and
 accuracy counts) for one sequence of that length (random tokens; all valid),
 runs it once to warm up, then times `--runs` runs. Reported per length: the
 median evaluation time, tokens/s, peak RSS, and the RSS growth over the same

@@ -5,7 +5,7 @@ at about 15,000 tokens/s on a 2-core CPU at a fixed length of 40; with their
 uniform length curriculum (one input length n in 1..40 per batch) it compiles a
 new step for every length it meets. Here: the same model size, batch and
 curriculum (`configs/odds_first.py:paper`) on this project's train step
-(`train.setup`, `train.make_train_step`). Each batch is padded to a length
+(`state.setup`, `steps.make_train_step`). Each batch is padded to a length
 bucket (n input symbols + n query positions, rounded up to a multiple of 8:
 8, 16, ..., 80): 10 compilations instead of 40, made before the first step.
 `--bucket_every=0` pads to powers of two instead (16, 32, 64, 80: 4
@@ -52,8 +52,9 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from bifocal_jax import config as config_lib
-from bifocal_jax import sharding, tasks, train
+from bifocal_jax import sharding, tasks
+from bifocal_jax import steps as steps_lib
+from bifocal_jax import state as state_lib
 from bifocal_jax.tasks import pipeline
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -82,7 +83,7 @@ _OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
 
 
 def reference_config(kind: str, steps: int, smoke: bool = False):
-  c = config_lib.chomsky_config("odds_first", "paper")
+  c = bench_util.load_config("configs/odds_first.py", "paper")
   c.position.kind = kind
   c.steps = steps
   if smoke:
@@ -173,23 +174,24 @@ def run(steps: int, kind: str, *, in_flight: int = 2, fixed_steps: int = 10,
   padded_tokens = sum(curriculum.bucket(int(n)) for n in lengths) * config.batch_size
   with jax.set_mesh(mesh):
     start = time.perf_counter()
-    s, state = train.setup(config, mesh, task=curriculum.tasks[max_length])
+    s, state = state_lib.setup(config, mesh, task=curriculum.tasks[max_length])
     setup_done = time.perf_counter()
-    step_fn = train.make_train_step(s)
+    step_fn = steps_lib.make_train_step(s)
     compiled = compile_buckets(step_fn, s.abstract_state, config.batch_size, curriculum.buckets,
                                mesh)
     compile_done = time.perf_counter()
     pending = collections.deque()
     losses = []
     for batch in curriculum.dataset(steps):
-      state, metrics = compiled[batch["inputs"].shape[1]](state, train.to_global_batch(batch, mesh))
+      global_batch = steps_lib.to_global_batch(batch, mesh)
+      state, metrics = compiled[batch["inputs"].shape[1]](state, global_batch)
       pending.append(metrics)
       if len(pending) > in_flight:  # bound the host's run-ahead, as a trainer's logging does
         losses.append(float(pending.popleft()["loss"]))
     losses += [float(m["loss"]) for m in pending]
     end = time.perf_counter()
     # Steady state at their setting: input length 40 (bucket 80), no data work.
-    fixed = train.to_global_batch(curriculum.batch(steps, max_length), mesh)
+    fixed = steps_lib.to_global_batch(curriculum.batch(steps, max_length), mesh)
     fixed_step = compiled[fixed["inputs"].shape[1]]
     fixed_start = time.perf_counter()
     for _ in range(fixed_steps):

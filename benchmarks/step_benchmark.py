@@ -12,7 +12,7 @@ of 240..255 tokens, padded to 256); `smoke` is tiny.
 
 For each config, in one process and interleaved (A, B, C, ... repeated; the
 medians and median ratios are reported, with wall and CPU time):
-  bifocal / rope   `train.make_train_step` (the project's whole step: loss,
+  bifocal / rope   `steps.make_train_step` (the project's whole step: loss,
                    grads, Spectral Evolution update, guards, trajectory) with
                    `position.kind` bifocal and rope;
   flax             the same sizes from `nnx.MultiHeadAttention` + `nnx.RoPE`
@@ -42,7 +42,9 @@ from absl import app, flags
 from flax import nnx
 
 from bifocal_jax import model as model_lib
-from bifocal_jax import sharding, tasks, train
+from bifocal_jax import sharding, tasks
+from bifocal_jax import steps as steps_lib
+from bifocal_jax import state as state_lib
 from bifocal_jax.tasks import pipeline
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -121,12 +123,12 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int) 
                                            buckets=(width,)))
   candidates, compile_seconds = {}, {}
   with jax.set_mesh(mesh):
-    batch = train.to_global_batch(next(batch_iter), mesh)
+    batch = steps_lib.to_global_batch(next(batch_iter), mesh)
     for kind in ("bifocal", "rope"):
       c = base.copy_and_resolve_references()
       c.position.kind = kind
-      s, state = train.setup(c, mesh, task=task)
-      compiled, compile_seconds[kind] = timed_compile(train.make_train_step(s), state, batch)
+      s, state = state_lib.setup(c, mesh, task=task)
+      compiled, compile_seconds[kind] = timed_compile(steps_lib.make_train_step(s), state, batch)
       candidates[kind] = stepper(compiled, state, batch)
     flax_model = plain_flax.Transformer(base.model, vocab_size=task.vocab_size, causal=task.causal,
                                         rngs=nnx.Rngs(base.seed))

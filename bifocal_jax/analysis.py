@@ -54,11 +54,8 @@ def load_trajectory(workdir: str, *, step: int | None = None) -> tuple[np.ndarra
   pairs. A run without spectral frequencies (`rope`, `nope`, ...) has an empty
   trajectory: `frequencies.shape == (T, 0, 0, 0)`; the loader logs which.
   """
-  ckpt = checkpoint_lib.Checkpointer(workdir, save_every=1, keep=1, read_only=True)
-  try:
+  with checkpoint_lib.Checkpointer.read_only(workdir) as ckpt:
     t = ckpt.restore_trajectory(step)
-  finally:
-    ckpt.close()
   steps, frequencies = t["steps"].astype(np.int64), t["frequencies"].astype(np.float32)
   if frequencies.size == 0:
     logging.info("%s: no spectral frequencies (a fixed-spectrum run): empty trajectory", workdir)

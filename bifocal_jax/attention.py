@@ -52,11 +52,33 @@ def default_position_config() -> ml_collections.ConfigDict:
   ))
 
 
+def spectral_eyes(position: ml_collections.ConfigDict, *, num_heads: int,
+                  head_dim: int) -> tuple[int | None, int | None]:
+  """`(spectral_heads, spectral_pairs)` of a bifocal `position` config, -1
+  resolved: the count for its `split` (heads: half the heads; pairs: half
+  the pairs), None for the other. The one place these defaults are resolved.
+
+  Raises a ValueError naming the key when the count does not fit the model.
+  """
+  if position.split == "heads":
+    n = num_heads // 2 if position.spectral_heads == -1 else position.spectral_heads
+    if not 1 <= n <= num_heads:
+      raise ValueError(f"position.spectral_heads={position.spectral_heads!r}: must be -1 (half) "
+                       f"or in [1, model.num_heads={num_heads}]")
+    return n, None
+  if position.split == "pairs":
+    pairs = head_dim // 2
+    n = max(pairs // 2, 1) if position.spectral_pairs == -1 else position.spectral_pairs
+    if not 1 <= n <= pairs:
+      raise ValueError(f"position.spectral_pairs={position.spectral_pairs!r}: must be -1 (half) "
+                       f"or in [1, head_dim/2={pairs}]")
+    return None, n
+  raise ValueError(f"position.split={position.split!r}: must be 'heads' or 'pairs'")
+
+
 def make_rope(position: ml_collections.ConfigDict, *, num_heads: int, head_dim: int):
-  """The rotary module of one layer for `position.kind`, or None."""
+  """The rotary module of one layer for a validated `position` config, or None."""
   kind = position.kind
-  if kind not in POSITION_KINDS:
-    raise ValueError(f"position.kind must be one of {POSITION_KINDS}, got {kind!r}")
   common = dict(theta=position.base, embedding_size=head_dim, layout=position.layout)
   if kind in ("rope", "randomized_rope"):
     return rope_lib.GeometricRoPE(**common)
@@ -65,13 +87,13 @@ def make_rope(position: ml_collections.ConfigDict, *, num_heads: int, head_dim: 
   if kind == "spectral":
     return rope_lib.SpectralRoPE(**common, num_heads=num_heads)
   if kind == "bifocal":
-    spectral_heads = None if position.spectral_heads == -1 else position.spectral_heads
-    spectral_pairs = None if position.spectral_pairs == -1 else position.spectral_pairs
-    if position.split == "heads" and spectral_heads is None and num_heads < 2:
-      raise ValueError("position.kind='bifocal' split by heads needs num_heads >= 2")
+    spectral_heads, spectral_pairs = spectral_eyes(position, num_heads=num_heads,
+                                                   head_dim=head_dim)
     return rope_lib.BifocalRoPE(**common, num_heads=num_heads, split=position.split,
                                 spectral_heads=spectral_heads, spectral_pairs=spectral_pairs)
-  return None
+  if kind in ("nope", "alibi"):
+    return None
+  raise ValueError(f"position.kind={kind!r}: must be one of {POSITION_KINDS}")
 
 
 class Attention(nnx.Module):

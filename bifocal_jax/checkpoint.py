@@ -74,8 +74,19 @@ def checkpoint_dir(workdir: str) -> str:
   return os.path.join(os.path.abspath(workdir), "checkpoints")
 
 
+def steps_in(workdir: str) -> list[int]:
+  """Steps checkpointed in `workdir` (none when it has no checkpoint directory)."""
+  if not os.path.isdir(checkpoint_dir(workdir)):
+    return []
+  with Checkpointer.read_only(workdir) as ckpt:
+    return ckpt.steps()
+
+
 class Checkpointer:
-  """A thin layer over `ocp.CheckpointManager` with damaged-checkpoint fallback."""
+  """A thin layer over `ocp.CheckpointManager` with damaged-checkpoint fallback.
+
+  A context manager: leaving the `with` block closes it.
+  """
 
   def __init__(self, workdir: str, *, save_every: int, keep: int, async_save: bool = True,
                read_only: bool = False):
@@ -87,6 +98,17 @@ class Checkpointer:
     self.directory = checkpoint_dir(workdir)
     self.damaged_directory = os.path.join(os.path.dirname(self.directory), "damaged_checkpoints")
     self.manager = ocp.CheckpointManager(self.directory, options=options)
+
+  @classmethod
+  def read_only(cls, workdir: str) -> Checkpointer:
+    """A reader of `workdir`'s checkpoints that never writes or cleans up."""
+    return cls(workdir, save_every=1, keep=1, read_only=True)
+
+  def __enter__(self) -> Checkpointer:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
 
   def steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
@@ -106,16 +128,19 @@ class Checkpointer:
   def reached_preemption(self, step: int) -> bool:
     return self.manager.reached_preemption(step)
 
+  def restore(self, step: int, abstract_state) -> tuple[Any, dict]:
+    """`(state, meta)` of the checkpoint at `step`, laid out like `abstract_state`."""
+    restored = self.manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(flatten(abstract_state)), meta=ocp.args.JsonRestore()))
+    return unflatten(abstract_state, restored["state"]), dict(restored["meta"])
+
   def restore_latest(self, abstract_state) -> tuple[int, Any, dict] | None:
     """(step, state, meta) of the newest intact checkpoint; None if there is none."""
     steps = self.steps()
     damaged = []
     for step in reversed(steps):
       try:
-        restored = self.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(flatten(abstract_state)),
-            meta=ocp.args.JsonRestore()))
-        state = unflatten(abstract_state, restored["state"])
+        state, meta = self.restore(step, abstract_state)
       except Exception as e:  # pylint: disable=broad-except
         why = _root_cause(e)
         logging.warning("checkpoint %s/%d is damaged (%s); falling back to an older one",
@@ -126,7 +151,7 @@ class Checkpointer:
         continue
       if damaged and not self.read_only:
         self._set_aside(damaged)
-      return step, state, dict(restored["meta"])
+      return step, state, meta
     if damaged:
       raise CheckpointError(
           f"every checkpoint in {self.directory} is damaged (steps {damaged}); "

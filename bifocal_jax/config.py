@@ -8,7 +8,9 @@ validation of a whole config before any work is done.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 
 import ml_collections
 
@@ -18,7 +20,7 @@ from bifocal_jax import tasks
 
 NAN_POLICIES = ("error", "skip")
 # Keys that may change between runs in one workdir without making it a
-# different experiment (see `train.check_workdir_config`).
+# different experiment (see `workdir.check_config`).
 RUNTIME_KEYS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
                 "progress_bar", "mesh", "init_from", "peak_flops", "async_checkpointing",
                 "eval_examples", "eval_batch_size", "prefetch")
@@ -71,7 +73,26 @@ def _fail(key: str, value, why: str):
 
 def validate(config: ml_collections.ConfigDict, *, num_devices: int, num_processes: int = 1,
              workdir: str | None = None) -> None:
-  """Checks everything that can be checked without doing work."""
+  """Checks everything that can be checked without doing work: the one place
+  a training config is checked (the modules it builds trust it)."""
+  _check_optimisation(config)
+  task = _checked_task(config)
+  heads = _check_model_and_position(config, task)
+  _check_batches(config, task, heads, num_devices=num_devices, num_processes=num_processes)
+  if workdir is not None:
+    parent = os.path.abspath(workdir)
+    while not os.path.exists(parent):
+      parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+      raise ConfigError(f"--workdir={workdir!r}: {parent!r} is not a writable directory")
+
+
+def _reraise(error: ValueError):
+  """A module's ValueError naming `KEY=VALUE` as a ConfigError naming `config.KEY`."""
+  raise ConfigError(f"config.{error}") from None
+
+
+def _check_optimisation(config) -> None:
   for key in ("steps", "batch_size", "checkpoint_every", "log_every", "eval_every",
               "keep_checkpoints", "eval_batch_size"):
     value = config[key]
@@ -95,19 +116,24 @@ def validate(config: ml_collections.ConfigDict, *, num_devices: int, num_process
   if not isinstance(spectral.record_every, int) or spectral.record_every <= 0:
     _fail("spectral.record_every", spectral.record_every, "must be a positive integer")
 
-  # Task (ranges, depths) and model shapes.
+
+def _checked_task(config):
+  """The task (its ranges and depths checked by the task itself)."""
   try:
-    task = tasks.get_task(config.task)
+    return tasks.get_task(config.task)
   except ValueError as e:  # the task's messages name their key as `task.KEY=VALUE`
     message = f"config.{e}" if str(e).startswith("task.") else f"config.task: {e}"
     raise ConfigError(message) from None
-  m = config.model
+
+
+def _check_model_and_position(config, task) -> int:
+  """Model shapes and the position encoding; returns the number of heads."""
   try:
-    d_model, heads, head_dim, _ = model_lib.resolved_dims(m)
+    _, heads, head_dim, _ = model_lib.resolved_dims(config.model)
   except ValueError as e:
-    raise ConfigError(f"config.{e}") from None
-  if m.dtype not in model_lib.DTYPES:
-    _fail("model.dtype", m.dtype, f"must be one of {tuple(model_lib.DTYPES)}")
+    _reraise(e)
+  if config.model.dtype not in model_lib.DTYPES:
+    _fail("model.dtype", config.model.dtype, f"must be one of {tuple(model_lib.DTYPES)}")
   position = config.position
   if position.kind not in attention.POSITION_KINDS:
     _fail("position.kind", position.kind, f"must be one of {attention.POSITION_KINDS}")
@@ -116,30 +142,25 @@ def validate(config: ml_collections.ConfigDict, *, num_devices: int, num_process
   if not 0 < position.rotary_fraction <= 1:
     _fail("position.rotary_fraction", position.rotary_fraction, "must be in (0, 1]")
   if position.kind == "bifocal":
-    if position.split not in ("heads", "pairs"):
-      _fail("position.split", position.split, "must be 'heads' or 'pairs'")
-    if position.split == "heads":
-      n = heads // 2 if position.spectral_heads == -1 else position.spectral_heads
-      if not 1 <= n <= heads:
-        _fail("position.spectral_heads", position.spectral_heads,
-              f"must be -1 or in [1, model.num_heads={heads}]")
-    else:
-      pairs = head_dim // 2
-      if position.spectral_pairs != -1 and not 1 <= position.spectral_pairs <= pairs:
-        _fail("position.spectral_pairs", position.spectral_pairs,
-              f"must be -1 or in [1, head_dim/2={pairs}]")
+    try:
+      attention.spectral_eyes(position, num_heads=heads, head_dim=head_dim)
+    except ValueError as e:
+      _reraise(e)
   if position.kind == "randomized_rope":
     longest = max(task.max_sequence_length(s) for s in task.split_names)
     if position.max_position < longest:
       _fail("position.max_position", position.max_position,
             f"must be >= the longest sequence of the task ({longest})")
+  return heads
 
-  # Mesh and batch against the devices.
+
+def _check_batches(config, task, heads: int, *, num_devices: int, num_processes: int) -> None:
+  """Mesh and batch against the devices, length buckets, evaluation sizes."""
   from bifocal_jax import sharding  # local: keeps `config` importable without touching devices
   try:
     data, fsdp, model_axis = sharding.mesh_shape(config.mesh, num_devices)
   except ValueError as e:
-    raise ConfigError(f"config.{e}") from None
+    _reraise(e)
   if heads % model_axis:
     _fail("model.num_heads", heads, f"must be divisible by the model mesh axis ({model_axis})")
   if config.batch_size % (data * fsdp):
@@ -156,62 +177,21 @@ def validate(config: ml_collections.ConfigDict, *, num_devices: int, num_process
   if not 1 <= config.eval_examples <= task.split("valid").size:
     _fail("eval_examples", config.eval_examples,
           f"must be in [1, {task.split('valid').size}] (the size of the valid split)")
-  if workdir is not None:
-    parent = os.path.abspath(workdir)
-    while not os.path.exists(parent):
-      parent = os.path.dirname(parent)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-      raise ConfigError(f"--workdir={workdir!r}: {parent!r} is not a writable directory")
-  del d_model
 
 
-def chomsky_config(task_name: str, arg: str | None = None) -> ml_collections.ConfigDict:
-  """The config of `configs/<task_name>.py` for a Chomsky-hierarchy task.
+def load_file(path: str, arg: str | None = None) -> ml_collections.ConfigDict:
+  """`get_config(arg)` of the config file at `path` (what `--config path:arg` loads).
 
-  Variants: default (a CPU-sized run, test lengths 41..500 of Deletang et al.),
-  `tiny` (tests), `paper` (their protocol: 5 layers, width 64, 8 heads, batch
-  128, for an accelerator).
+  The directory above the file's (the repository root, for `configs/*.py`)
+  is put on `sys.path` first, as running `train.py` from the root does, so
+  that config files can share `configs/_*.py` modules.
   """
-  c = base_config(task_name)
-  c.position.kind = "bifocal"
-  c.model.num_layers = 2
-  c.model.d_model = 64
-  c.model.num_heads = 4
-  c.steps = 3000
-  c.batch_size = 32
-  c.learning_rate = 1e-3
-  c.checkpoint_every = 1000
-  c.eval_every = 1000
-  c.spectral.record_every = 25
-  if arg == "tiny":
-    c.model.num_layers = 1
-    c.model.d_model = 32
-    c.model.mlp_dim = 64
-    c.steps = 20
-    c.batch_size = 8
-    c.warmup_steps = 5
-    c.checkpoint_every = 10
-    c.eval_every = 20
-    c.log_every = 10
-    c.eval_examples = 16
-    c.eval_batch_size = 16
-    c.spectral.record_every = 5
-    c.progress_bar = False
-    c.task.train.max_length = 12
-    c.task.valid.max_length = 12
-    c.task.test_length.min_length = 13
-    c.task.test_length.max_length = 24
-    c.task.test_length.size = 16
-  elif arg == "paper":
-    c.model.num_layers = 5
-    c.model.d_model = 64
-    c.model.num_heads = 8
-    c.batch_size = 128
-    c.steps = 100_000
-    c.learning_rate = 1e-3
-    c.warmup_steps = 1000
-    c.checkpoint_every = 5000
-    c.eval_every = 5000
-  elif arg not in (None, ""):
-    raise ValueError(f"configs/{task_name}.py: unknown variant {arg!r} (use tiny or paper)")
-  return c
+  path = os.path.abspath(path)
+  root = os.path.dirname(os.path.dirname(path))
+  if root not in sys.path:
+    sys.path.insert(0, root)
+  name = os.path.splitext(os.path.basename(path))[0]
+  spec = importlib.util.spec_from_file_location(f"config_file_{name}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)

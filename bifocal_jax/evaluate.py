@@ -1,12 +1,13 @@
 """Evaluation of trained runs: held-out splits, the published Dyck data, comparisons.
 
-`evaluate(workdir)` restores a run's checkpoint (the trainer's own `train.setup`
-and `checkpoint.Checkpointer`) and scores it on the task's held-out splits
-and/or on published Dyck files; `eval.py` is only flag parsing around it.
-Scoring is `metrics.accuracy_counts` per example (the trainer's eval step),
-tallied on the host by sequence length and nesting depth (`Tally`); anything
-producing logits, a model or a reference predictor, goes through the same
-tally (`score_batches`).
+`Evaluator` is the one definition of evaluation: the training loop's periodic
+evaluation, `evaluate(workdir)` (and `eval.py`, flag parsing around it) and
+the benchmarks all score through it. It scores `metrics.accuracy_counts` per
+example (`steps.make_eval_step`), tallied on the host by sequence length and
+nesting depth (`Tally`); anything producing logits, a model or a reference
+predictor, goes through the same tally (`score_batches`). `evaluate(workdir)`
+restores a run's checkpoint (`load_run`) and scores it on the task's held-out
+splits and/or on published Dyck files.
 
 Long strings (the published `k8_m20.test` reaches 5,133 tokens) are streamed:
 examples are sorted by length, padded to fine length buckets (<= 12.5% padding)
@@ -43,8 +44,8 @@ another checkpoint step are dropped.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import functools
 import json
 import math
 import os
@@ -59,7 +60,9 @@ from bifocal_jax import analysis
 from bifocal_jax import checkpoint as checkpoint_lib
 from bifocal_jax import model as model_lib
 from bifocal_jax import sharding as sharding_lib
-from bifocal_jax import train
+from bifocal_jax import state as state_lib
+from bifocal_jax import steps
+from bifocal_jax import workdir as workdir_lib
 from bifocal_jax.tasks import base
 from bifocal_jax.tasks import external
 from bifocal_jax.tasks import pipeline
@@ -153,17 +156,24 @@ class Tally:
     self.columns: dict[str, list[np.ndarray]] = {}
     self.loss_sum = 0.0
 
-  def add(self, counts: dict, batch: dict) -> None:
+  def add(self, counts: dict, batch: dict | None = None) -> None:
     """`counts`: `metrics.accuracy_counts` output (`[B]` arrays; optional scalar
-    `loss_sum`) for `batch`; padding rows (no valid token) are dropped."""
-    rows = np.asarray(batch["valid"]).any(-1)
-    fields = dict(counts, length=batch["length"], depth=batch["depth"])
-    for name, value in fields.items():
+    `loss_sum`) for the rows of `batch`. Each row's `length`, `depth` and
+    `row_valid` come from `counts` when it has them (the eval step passes
+    them through, so a global batch of several processes needs no local
+    batch), else from `batch`. Rows holding no example are dropped."""
+    rows = dict(counts)
+    for name in ("length", "depth"):
+      rows.setdefault(name, batch[name])
+    if "row_valid" not in rows:
+      rows["row_valid"] = np.asarray(batch["valid"]).any(-1)
+    keep = np.asarray(rows.pop("row_valid")).astype(bool)
+    for name, value in rows.items():
       value = np.asarray(value)
       if name == "loss_sum":
         self.loss_sum += float(value)
       else:
-        self.columns.setdefault(name, []).append(value[rows].astype(np.int64))
+        self.columns.setdefault(name, []).append(value[keep].astype(np.int64))
 
   def summary(self) -> dict:
     if not self.columns:
@@ -196,124 +206,139 @@ def score_batches(batches: Iterable[dict], counts_fn: Callable[[dict], dict]) ->
 
 
 # ----------------------------------------------------------------------------
+# The evaluator: one for the training loop, eval.py and the benchmarks.
+# ----------------------------------------------------------------------------
+
+
+def close_ids(task) -> tuple[int, ...] | None:
+  """Token ids of the closing brackets (Yao et al.'s metric); None if the task has none."""
+  ids = getattr(task, "close_ids", None)
+  return None if ids is None else tuple(int(i) for i in ids)
+
+
+class Evaluator:
+  """Scores parameters of one `Setup` on its task's splits and on published files.
+
+  Holds the jit-compiled eval step (`steps.make_eval_step`), so compilations
+  are shared by every split it scores. Task splits work with any number of
+  processes: each generates its slice of every global batch, and the counts
+  come back replicated.
+  """
+
+  def __init__(self, setup: state_lib.Setup, *, memory_budget: int = DEFAULT_MEMORY_BUDGET,
+               max_batch_size: int | None = None):
+    self.setup = setup
+    self.memory_budget = memory_budget
+    self.max_batch_size = max_batch_size or setup.config.eval_batch_size
+    self.eval_step = sharding_lib.compile_ahead(
+        steps.make_eval_step(setup, close_ids=close_ids(setup.task)), "eval_step")
+    self.rng = jax.random.key(setup.config.seed + 1)
+
+  def with_batching(self, *, memory_budget: int | None = None,
+                    max_batch_size: int | None = None) -> Evaluator:
+    """This evaluator (sharing its compiled step) with other batch sizing."""
+    other = copy.copy(self)
+    other.memory_budget = memory_budget or self.memory_budget
+    other.max_batch_size = max_batch_size or self.max_batch_size
+    return other
+
+  @property
+  def batch_multiple(self) -> int:
+    """Devices the batch axis is split over (global batch sizes are multiples)."""
+    return sharding_lib.data_parallel_size(self.setup.mesh)
+
+  def counts(self, params, batch: dict) -> dict:
+    """Per-example counts of the model on this process's `batch` (its rows of
+    a global batch): `make_eval_step`'s output for the whole global batch."""
+    global_batch = steps.to_global_batch(batch, self.setup.mesh, steps.EVAL_FIELDS)
+    return self.eval_step(params, global_batch, self.rng)
+
+  def batch_size(self, width: int) -> int:
+    """Global rows per batch of `width` tokens (`batch_size_for_length`)."""
+    num_heads = model_lib.resolved_dims(self.setup.config.model)[1]
+    return batch_size_for_length(width, num_heads=num_heads, budget=self.memory_budget,
+                                 max_batch_size=self.max_batch_size, multiple=self.batch_multiple)
+
+  def split_batches(self, split: str, *, num_examples: int | None = None
+                    ) -> Iterator[dict[str, np.ndarray]]:
+    """This process's batches of the first `num_examples` of `split`, each
+    padded to the split's longest length: one compilation per split (task
+    splits span a few octaves at most; the published files are bucketed finely)."""
+    task = self.setup.task
+    longest = task.max_sequence_length(split)
+    global_batch = self.batch_size(longest)
+    if global_batch % jax.process_count():
+      global_batch += jax.process_count() - global_batch % jax.process_count()
+    return pipeline.eval_batches(
+        task, split, batch_size=global_batch // jax.process_count(), num_examples=num_examples,
+        buckets=(longest,), process_index=jax.process_index(), process_count=jax.process_count())
+
+  def split(self, params, split: str, *, num_examples: int | None = None) -> dict:
+    """Split results (schema: the module docstring) on one of the task's splits."""
+    batches = self.split_batches(split, num_examples=num_examples)
+    with jax.set_mesh(self.setup.mesh):
+      results = score_batches(batches, lambda batch: self.counts(params, batch))
+    return dict(source="task", **results)
+
+  def dyck_file(self, params, path: str) -> dict:
+    """Split results on a published Dyck file (one process)."""
+    task = self.setup.task
+    if task.name != "dyck":
+      raise ValueError(f"dyck_file={path!r}: needs a Dyck run, but this run trained "
+                       f"task {task.name!r}")
+    if not os.path.isfile(path):
+      raise ValueError(f"dyck_file={path!r}: no such file")
+    batches = dyck_file_batches(path, k=task.k, batch_size_fn=self.batch_size)
+    with jax.set_mesh(self.setup.mesh):
+      results = score_batches(batches, lambda batch: self.counts(params, batch))
+    return dict(source=os.path.abspath(path), **results)
+
+
+# ----------------------------------------------------------------------------
 # Runs.
 # ----------------------------------------------------------------------------
 
 
-def load_config(workdir: str) -> ml_collections.ConfigDict:
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    raise ValueError(f"workdir={workdir!r}: no config.json (not a training run directory)")
-  with open(path) as f:
-    return ml_collections.ConfigDict(json.load(f))
-
-
 @dataclasses.dataclass
 class Run:
-  """A restored run: its config, the trainer's `Setup`, and its parameters."""
+  """A restored run: its config, an `Evaluator` of its setup, and its parameters."""
   workdir: str
   config: ml_collections.ConfigDict
-  setup: train.Setup
+  evaluator: Evaluator
   params: Any
   step: int
 
-  @functools.cached_property
-  def eval_step(self):
-    """The trainer's jit-compiled eval step, built once so compilations are shared."""
-    return train.make_eval_step(self.setup, close_ids=train.dyck_close_ids(self.setup.task))
-
-  def counts_fn(self, batch: dict) -> dict:
-    """Per-example accuracy counts of the model on `batch`."""
-    rng = jax.random.key(self.config.seed + 1)
-    return self.eval_step(self.params, train.to_global_batch(batch, self.setup.mesh), rng)
-
   @property
-  def num_heads(self) -> int:
-    return model_lib.resolved_dims(self.config.model)[1]
-
-  @property
-  def batch_multiple(self) -> int:
-    """Devices the batch axis is split over (batch sizes must be multiples)."""
-    mesh = self.setup.mesh
-    return math.prod(mesh.shape[axis] for axis in sharding_lib.BATCH_AXES)
+  def setup(self) -> state_lib.Setup:
+    return self.evaluator.setup
 
 
-def load_run(workdir: str, *, step: int | None = None) -> Run:
+def load_run(workdir: str, *, step: int | None = None,
+             memory_budget: int = DEFAULT_MEMORY_BUDGET, max_batch_size: int | None = None) -> Run:
   """Restores the latest checkpoint of `workdir` (or the one at `step`).
 
   The mesh is rebuilt for this machine's devices (all on the data axis), so a
   run trained on another topology evaluates here.
   """
   workdir = os.path.abspath(workdir)
-  config = load_config(workdir)
+  config = workdir_lib.load_config(workdir)
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
   mesh = sharding_lib.make_mesh(config.mesh)
-  ckpt = checkpoint_lib.Checkpointer(workdir, save_every=1, keep=1, read_only=True)
-  try:
-    steps = ckpt.steps()
-    if not steps:
+  with checkpoint_lib.Checkpointer.read_only(workdir) as ckpt:
+    steps_saved = ckpt.steps()
+    if not steps_saved:
       raise ValueError(f"workdir={workdir!r}: no checkpoint in {ckpt.directory}")
-    if step is not None and step not in steps:
-      raise ValueError(f"step={step}: no checkpoint at that step in {workdir} (steps {steps})")
+    if step is not None and step not in steps_saved:
+      raise ValueError(f"step={step}: no checkpoint at that step in {workdir} "
+                       f"(steps {steps_saved})")
     with jax.set_mesh(mesh):
-      s, _ = train.setup(config, mesh)
+      s, _ = state_lib.setup(config, mesh)
       if step is None:
         step, state, _ = ckpt.restore_latest(s.abstract_state)
       else:
-        restored = ckpt.manager.restore(step, args=checkpoint_lib.ocp.args.Composite(
-            state=checkpoint_lib.ocp.args.StandardRestore(checkpoint_lib.flatten(s.abstract_state))))
-        state = checkpoint_lib.unflatten(s.abstract_state, restored["state"])
-  finally:
-    ckpt.close()
-  return Run(workdir, config, s, state["params"], int(step))
-
-
-def evaluate_split(run: Run, split: str, *, num_examples: int | None = None,
-                   max_batch_size: int | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET,
-                   counts_fn=None) -> dict:
-  """Split results of the run on one of its task's splits.
-
-  Every batch is padded to the split's longest length: one compilation per
-  split (task splits span at most a few octaves; the published files, which
-  span more, are bucketed finely instead).
-  """
-  batches = split_batches(run, split, num_examples=num_examples, max_batch_size=max_batch_size,
-                          memory_budget=memory_budget)
-  with jax.set_mesh(run.setup.mesh):
-    results = score_batches(batches, counts_fn or run.counts_fn)
-  return dict(source="task", **results)
-
-
-def split_batches(run: Run, split: str, *, num_examples: int | None = None,
-                  max_batch_size: int | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET
-                  ) -> Iterator[dict[str, np.ndarray]]:
-  """The batches `evaluate_split` scores."""
-  task = run.setup.task
-  longest = task.max_sequence_length(split)
-  batch_size = batch_size_for_length(
-      longest, num_heads=run.num_heads, budget=memory_budget,
-      max_batch_size=max_batch_size or run.config.eval_batch_size, multiple=run.batch_multiple)
-  return pipeline.eval_batches(task, split, batch_size=batch_size, num_examples=num_examples,
-                               buckets=(longest,))
-
-
-def evaluate_dyck_file(run: Run, path: str, *, max_batch_size: int | None = None,
-                       memory_budget: int = DEFAULT_MEMORY_BUDGET, counts_fn=None) -> dict:
-  """Split results of the run (a Dyck run) on a published Dyck file."""
-  task = run.setup.task
-  if task.name != "dyck":
-    raise ValueError(f"dyck_file={path!r}: needs a Dyck run, but {run.workdir} trained "
-                     f"task {task.name!r}")
-  if not os.path.isfile(path):
-    raise ValueError(f"dyck_file={path!r}: no such file")
-  max_batch_size = max_batch_size or run.config.eval_batch_size
-  batch_size_fn = lambda width: batch_size_for_length(
-      width, num_heads=run.num_heads, budget=memory_budget, max_batch_size=max_batch_size,
-      multiple=run.batch_multiple)
-  batches = dyck_file_batches(path, k=task.k, batch_size_fn=batch_size_fn)
-  with jax.set_mesh(run.setup.mesh):
-    results = score_batches(batches, counts_fn or run.counts_fn)
-  return dict(source=os.path.abspath(path), **results)
+        state, _ = ckpt.restore(step, s.abstract_state)
+  evaluator = Evaluator(s, memory_budget=memory_budget, max_batch_size=max_batch_size)
+  return Run(workdir, config, evaluator, state["params"], int(step))
 
 
 def che_score(splits: dict[str, dict]) -> float | None:
@@ -370,30 +395,28 @@ def evaluate(workdir: str | Run, *, step: int | None = None, splits: Sequence[st
       if "spectrum" in previous:
         results["spectrum"] = previous["spectrum"]
 
+  evaluator = run.evaluator.with_batching(memory_budget=memory_budget,
+                                          max_batch_size=max_batch_size)
   for name in splits:
     n = None if num_examples is None else min(num_examples, task.split(name).size)
-    results["splits"][name] = evaluate_split(
-        run, name, num_examples=n, max_batch_size=max_batch_size, memory_budget=memory_budget)
+    results["splits"][name] = evaluator.split(run.params, name, num_examples=n)
     log(f"evaluated {name}: {results['splits'][name]['examples']} examples")
   for path in dyck_files:
-    results["splits"][os.path.basename(path)] = evaluate_dyck_file(
-        run, path, max_batch_size=max_batch_size, memory_budget=memory_budget)
+    results["splits"][os.path.basename(path)] = evaluator.dyck_file(run.params, path)
     log(f"evaluated {path}")
   results["che_score"] = che_score(results["splits"])
 
   if spectrum:
-    steps, frequencies = analysis.load_trajectory(run.workdir, step=run.step)
-    report = analysis.spectrum_report(steps, frequencies)
+    recorded_steps, frequencies = analysis.load_trajectory(run.workdir, step=run.step)
+    report = analysis.spectrum_report(recorded_steps, frequencies)
     if report["heads"]:
-      report["plots"] = analysis.spectrum_plots(steps, frequencies, os.path.dirname(out))
+      report["plots"] = analysis.spectrum_plots(recorded_steps, frequencies,
+                                                os.path.dirname(out))
     results["spectrum"] = report
     log(analysis.format_spectrum_report(report))
 
   os.makedirs(os.path.dirname(out), exist_ok=True)
-  tmp = out + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(results, f, indent=1, allow_nan=False)
-  os.replace(tmp, out)
+  workdir_lib.write_json_atomically(out, results, indent=1, sort_keys=False, allow_nan=False)
   log(format_results(results))
   log(f"wrote {out}")
   return results

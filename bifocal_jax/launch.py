@@ -126,18 +126,18 @@ def flags_parser(*config_flags):
   return parse
 
 
-def run_training(config, workdir: str, *, overwrite: bool = False) -> int:
+def run_training(config, workdir: str, *, overwrite: bool = False, hooks=()) -> int:
+  """`train.train_and_evaluate` with expected failures as one line and an exit
+  status (see the module docstring). `hooks`: see `train.Hook`."""
   from bifocal_jax import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
   from bifocal_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from bifocal_jax import train  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   quiet_library_logs()
   initialize_distributed()
   try:
-    # Validated before anything touches the workdir (`train_and_evaluate` checks again).
-    config_lib.validate(config, num_devices=jax.device_count(), workdir=workdir,
-                        num_processes=jax.process_count())
-    train.train_and_evaluate(config, workdir, overwrite=overwrite)
-  except (config_lib.ConfigError, train.WorkdirConflictError) as e:
+    train.train_and_evaluate(config, workdir, overwrite=overwrite, hooks=hooks)
+  except (config_lib.ConfigError, workdir_lib.WorkdirConflictError) as e:
     fail(str(e))
   except (train.NonFiniteError, checkpoint_lib.CheckpointError) as e:
     fail(str(e), status=1)

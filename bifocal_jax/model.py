@@ -100,8 +100,6 @@ class Transformer(nnx.Module):
 
   def __init__(self, cfg: ml_collections.ConfigDict, position: ml_collections.ConfigDict, *,
                vocab_size: int, causal: bool, rngs: nnx.Rngs):
-    if cfg.dtype not in DTYPES:
-      raise ValueError(f"model.dtype must be one of {tuple(DTYPES)}, got {cfg.dtype!r}")
     d, _, _, _ = resolved_dims(cfg)
     self.dtype = DTYPES[cfg.dtype]
     self.vocab_size, self.causal = vocab_size, causal

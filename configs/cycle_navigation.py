@@ -5,11 +5,11 @@ r"""Chomsky-hierarchy task `cycle_navigation` (Deletang et al., ICLR 2023; our c
   python train.py --config configs/cycle_navigation.py:paper --workdir runs/cycle_navigation_paper
 
 Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `bifocal_jax.config.chomsky_config`.
+8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.
 """
 
-from bifocal_jax import config as config_lib
+from configs import _chomsky
 
 
 def get_config(arg=None):
-  return config_lib.chomsky_config("cycle_navigation", arg)
+  return _chomsky.get_config("cycle_navigation", arg)

@@ -5,11 +5,11 @@ r"""Chomsky-hierarchy task `missing_duplicate_string` (Deletang et al., ICLR 202
   python train.py --config configs/missing_duplicate_string.py:paper --workdir runs/missing_duplicate_string_paper
 
 Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `bifocal_jax.config.chomsky_config`.
+8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.
 """
 
-from bifocal_jax import config as config_lib
+from configs import _chomsky
 
 
 def get_config(arg=None):
-  return config_lib.chomsky_config("missing_duplicate_string", arg)
+  return _chomsky.get_config("missing_duplicate_string", arg)

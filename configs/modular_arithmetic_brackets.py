@@ -5,11 +5,11 @@ r"""Chomsky-hierarchy task `modular_arithmetic_brackets` (Deletang et al., ICLR 
   python train.py --config configs/modular_arithmetic_brackets.py:paper --workdir runs/modular_arithmetic_brackets_paper
 
 Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `bifocal_jax.config.chomsky_config`.
+8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.
 """
 
-from bifocal_jax import config as config_lib
+from configs import _chomsky
 
 
 def get_config(arg=None):
-  return config_lib.chomsky_config("modular_arithmetic_brackets", arg)
+  return _chomsky.get_config("modular_arithmetic_brackets", arg)

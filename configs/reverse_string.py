@@ -5,11 +5,11 @@ r"""Chomsky-hierarchy task `reverse_string` (Deletang et al., ICLR 2023; our cod
   python train.py --config configs/reverse_string.py:paper --workdir runs/reverse_string_paper
 
 Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `bifocal_jax.config.chomsky_config`.
+8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.
 """
 
-from bifocal_jax import config as config_lib
+from configs import _chomsky
 
 
 def get_config(arg=None):
-  return config_lib.chomsky_config("reverse_string", arg)
+  return _chomsky.get_config("reverse_string", arg)

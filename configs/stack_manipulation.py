@@ -5,11 +5,11 @@ r"""Chomsky-hierarchy task `stack_manipulation` (Deletang et al., ICLR 2023; our
   python train.py --config configs/stack_manipulation.py:paper --workdir runs/stack_manipulation_paper
 
 Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `bifocal_jax.config.chomsky_config`.
+8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.
 """
 
-from bifocal_jax import config as config_lib
+from configs import _chomsky
 
 
 def get_config(arg=None):
-  return config_lib.chomsky_config("stack_manipulation", arg)
+  return _chomsky.get_config("stack_manipulation", arg)

@@ -2,10 +2,10 @@
 subprocesses (fake CPU devices, several processes), and reading a run's outputs
 without building its model."""
 
-import importlib.util
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 import orbax.checkpoint as ocp
+
+from bifocal_jax import config as config_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -27,10 +29,7 @@ TIMING_KEYS = ("time", "steps_per_sec", "tokens_per_sec")
 
 def tiny_config(overrides: dict | None = None):
   """The test config, with `{"dotted.key": value}` overrides on top."""
-  spec = importlib.util.spec_from_file_location("dyck_config", ROOT / "configs" / "dyck.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config("tiny")
+  config = config_lib.load_file(ROOT / "configs" / "dyck.py", "tiny")
   for key, value in {**TEST_OVERRIDES, **(overrides or {})}.items():
     *parents, name = key.split(".")
     node = config
@@ -48,28 +47,58 @@ def config_flags(overrides: dict | None = None) -> list[str]:
   return flags
 
 
+class SignalAfter:
+  """A `train.Hook`: the process sends itself `signal_name` after step `step`.
+
+  At a checkpoint step the signal comes right after that step's save began
+  (a KILL lands during the asynchronous save); at other steps, once earlier
+  saves are complete, so that tests are deterministic.
+  """
+
+  def __init__(self, step: int, signal_name: str):
+    self.step, self.signal = step, signal.Signals["SIG" + signal_name]
+
+  @classmethod
+  def parse(cls, spec: str) -> "SignalAfter":
+    """From `STEP:NAME`, e.g. `20:KILL`."""
+    step, name = spec.split(":")
+    return cls(int(step), name)
+
+  def __call__(self, step: int, saved: bool, checkpointer) -> None:
+    if step != self.step:
+      return
+    if not saved:
+      checkpointer.wait()
+    os.kill(os.getpid(), self.signal)
+
+
 def subprocess_env(devices: int = 1, **env) -> dict[str, str]:
   """This environment with `devices` fake CPU devices and `env` on top.
 
   Like the test modules (the `fast_compiles` fixture), subprocesses let XLA
   skip most optimisation: compiling is most of the cost of these tiny runs.
   """
-  out = {k: v for k, v in os.environ.items() if k != "BIFOCAL_TEST_SIGNAL"}
+  out = dict(os.environ)
   out.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
              JAX_DISABLE_MOST_OPTIMIZATIONS="1")
   out.update({k: str(v) for k, v in env.items()})
   return out
 
 
-def train_command(workdir, overrides: dict | None = None, *args) -> list[str]:
-  return [sys.executable, "train.py", *config_flags(overrides), f"--workdir={workdir}", *args]
+def train_command(workdir, overrides: dict | None = None, *args, signal_after: str | None = None
+                  ) -> list[str]:
+  """`python train.py` with the test config; `signal_after="STEP:NAME"` runs it
+  through `tests/train_with_signal.py` instead, which signals itself then."""
+  entry = ["train.py"] if signal_after is None else ["tests/train_with_signal.py", signal_after]
+  return [sys.executable, *entry, *config_flags(overrides), f"--workdir={workdir}", *args]
 
 
 def run_train(workdir, overrides: dict | None = None, *args, devices: int = 1, timeout: int = 300,
-              **env) -> subprocess.CompletedProcess:
+              signal_after: str | None = None, **env) -> subprocess.CompletedProcess:
   """`python train.py ...` to completion (or death); stdout and stderr captured."""
-  return subprocess.run(train_command(workdir, overrides, *args), cwd=ROOT, text=True,
-                        capture_output=True, timeout=timeout, env=subprocess_env(devices, **env))
+  return subprocess.run(train_command(workdir, overrides, *args, signal_after=signal_after),
+                        cwd=ROOT, text=True, capture_output=True, timeout=timeout,
+                        env=subprocess_env(devices, **env))
 
 
 def run_python(code: str, *, devices: int = 1, timeout: int = 300, **env) -> str:
@@ -90,11 +119,11 @@ def free_port() -> int:
 
 
 def start_processes(workdir, logs, overrides: dict | None = None, *, num_processes: int,
-                    devices_per_process: int, process_env: dict[int, dict] | None = None,
+                    devices_per_process: int, signal_after: dict[int, str] | None = None,
                     heartbeat_timeout: int = 10, **env) -> list[subprocess.Popen]:
   """One multi-process run of `train.py` on this machine (CPU collectives over
-  localhost). Process i writes its output to `{logs}.{i}` and has
-  `process_env[i]` added to its environment."""
+  localhost). Process i writes its output to `{logs}.{i}` and signals itself
+  as `signal_after[i]` says (`train_command`)."""
   port = free_port()
   processes = []
   for i in range(num_processes):
@@ -102,9 +131,9 @@ def start_processes(workdir, logs, overrides: dict | None = None, *, num_process
             f"--process_id={i}", f"--heartbeat_timeout={heartbeat_timeout}")
     with open(f"{logs}.{i}", "w") as log:
       processes.append(subprocess.Popen(
-          train_command(workdir, overrides, *args), cwd=ROOT, text=True, stdout=log,
-          stderr=subprocess.STDOUT,
-          env=subprocess_env(devices_per_process, **env, **(process_env or {}).get(i, {}))))
+          train_command(workdir, overrides, *args, signal_after=(signal_after or {}).get(i)),
+          cwd=ROOT, text=True, stdout=log, stderr=subprocess.STDOUT,
+          env=subprocess_env(devices_per_process, **env)))
   return processes
 
 

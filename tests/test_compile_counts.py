@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from bifocal_jax import metrics as metrics_lib
-from bifocal_jax import sharding, tasks, train
+from bifocal_jax import sharding, steps, tasks
+from bifocal_jax import state as state_lib
 from bifocal_jax.tasks import pipeline
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")
@@ -42,13 +43,13 @@ def test_steps_compile_once_per_bucket(monkeypatch):
   counted = chex.assert_max_traces(metrics_lib.masked_cross_entropy, n=2 * len(BUCKETS))
   monkeypatch.setattr(metrics_lib, "masked_cross_entropy", counted)
   with jax.set_mesh(mesh):
-    s, state = train.setup(config, mesh, task=task)
-    train_step, eval_step = train.make_train_step(s), train.make_eval_step(s)
+    s, state = state_lib.setup(config, mesh, task=task)
+    train_step, eval_step = steps.make_train_step(s), steps.make_eval_step(s)
     rng = jax.random.key(0)
     for batch in batches:
-      global_batch = train.to_global_batch(batch, mesh)
-      state, metrics = train_step(state, global_batch)
-      counts = eval_step(state["params"], global_batch, rng)
+      state, metrics = train_step(state, steps.to_global_batch(batch, mesh))
+      counts = eval_step(state["params"], steps.to_global_batch(batch, mesh, steps.EVAL_FIELDS),
+                         rng)
     jax.block_until_ready((metrics, counts))
   assert int(state["step"]) == BATCHES
   assert train_step._cache_size() == len(BUCKETS)  # pylint: disable=protected-access
@@ -64,10 +65,10 @@ def test_rotary_angles_are_computed_once_per_layer():
   task = tasks.get_task(config.task)
   mesh = sharding.make_mesh(config.mesh)
   with jax.set_mesh(mesh):
-    s, state = train.setup(config, mesh, task=task)
+    s, state = state_lib.setup(config, mesh, task=task)
     batch = next(iter(pipeline.train_dataset(task, batch_size_per_process=config.batch_size,
                                              seed=0, buckets=config.buckets)))
-    hlo = train.make_train_step(s).lower(state, train.to_global_batch(batch, mesh)).compile()
+    hlo = steps.make_train_step(s).lower(state, steps.to_global_batch(batch, mesh)).compile()
   text = hlo.as_text()
   width, heads = batch["inputs"].shape[1], config.model.num_heads
   pairs = config.model.d_model // heads // 2

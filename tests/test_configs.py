@@ -1,6 +1,5 @@
 """Every config file and variant loads, has the contract's keys, and validates."""
 
-import importlib.util
 import pathlib
 
 import pytest
@@ -8,16 +7,14 @@ import pytest
 from bifocal_jax import config as config_lib
 from bifocal_jax import tasks
 
-CONFIGS = sorted((pathlib.Path(__file__).resolve().parent.parent / "configs").glob("*.py"))
+# `configs/_*.py` are shared pieces, not configs.
+CONFIGS = sorted((pathlib.Path(__file__).resolve().parent.parent / "configs").glob("[!_]*.py"))
 CONTRACT_KEYS = ("seed", "steps", "batch_size", "learning_rate", "checkpoint_every",
                  "position.kind", "mesh.data", "mesh.fsdp", "mesh.model")
 
 
 def load(path, arg=None):
-  spec = importlib.util.spec_from_file_location(path.stem, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+  return config_lib.load_file(path, arg)
 
 
 def test_there_is_a_config_per_task():

@@ -51,7 +51,7 @@ def two_processes(tmp_path_factory, compilation_cache_env):
     processes = helpers.start_processes(
         workdir, base / stage, num_processes=2, devices_per_process=2,
         heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        process_env={1: {"BIFOCAL_TEST_SIGNAL": signal_of_process_1}}, **compilation_cache_env)
+        signal_after={1: signal_of_process_1}, **compilation_cache_env)
     return processes
 
   processes = run_two("preempted", "7:TERM")

@@ -1,7 +1,6 @@
 """Evaluation: a tiny trained run, the results schema, the published-data path,
 memory-bounded streaming of long strings, comparisons and the CLI."""
 
-import importlib.util
 import json
 import os
 import shutil
@@ -12,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+from bifocal_jax import config as config_lib
 from bifocal_jax import evaluate
 from bifocal_jax import metrics
 from bifocal_jax import train
@@ -22,15 +22,8 @@ if not os.path.isdir(EXTERNAL):
   EXTERNAL = "/work/shared/external/dyck-yao2021"
 
 
-def load_module(path, name):
-  spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, path))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def tiny_config():
-  return load_module("configs/dyck.py", "dyck_config").get_config("tiny")
+  return config_lib.load_file(os.path.join(ROOT, "configs", "dyck.py"), "tiny")
 
 
 @pytest.fixture(scope="module")
@@ -100,14 +93,14 @@ def test_results_schema(trained, evaluated):
   assert "CHE" in evaluate.format_results(r)
 
 
-def test_matches_the_trainers_evaluation(run, evaluated):
-  batches = evaluate.split_batches(run, "test_depth", num_examples=16)
-  with jax.set_mesh(run.setup.mesh):
-    reference = train.evaluate_split(run.setup, run.params, "test_depth", num_examples=None,
-                                     batch_size=None, eval_step=run.eval_step, batches=batches)
-  mine = evaluated["splits"]["test_depth"]
+def test_training_loop_logs_what_the_evaluator_scores(trained, run):
+  """One evaluator: the loop's `valid_*` metrics at the last step are the
+  evaluator's results on the same parameters and examples."""
+  logged = [r for r in metrics.read_metrics(trained) if "valid_token_accuracy" in r][-1]
+  assert logged["step"] == run.step == 30
+  mine = run.evaluator.split(run.params, "valid", num_examples=run.config.eval_examples)
   for key in ("token_accuracy", "sequence_accuracy", "close_accuracy", "loss"):
-    assert mine[key] == pytest.approx(reference[key], rel=1e-5), key
+    assert logged[f"valid_{key}"] == pytest.approx(mine[key], rel=1e-6), key
 
 
 def test_results_merge_by_step(trained, run, evaluated, tmp_path):
@@ -143,7 +136,7 @@ def test_dyck_file_on_trained_run(run, tmp_path):
   assert all(183 <= int(k) <= 192 for k in s["by_length"])
   assert 0.0 <= s["close_accuracy"] <= 1.0
   with pytest.raises(ValueError, match="dyck_file="):
-    evaluate.evaluate_dyck_file(run, str(tmp_path / "missing.test"))
+    run.evaluator.dyck_file(run.params, str(tmp_path / "missing.test"))
 
 
 def test_compare(trained, evaluated, tmp_path):
@@ -183,7 +176,7 @@ def test_5000_token_string_evaluates_in_bounded_memory(run, tmp_path):
   with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # resets the peak resident set size (VmHWM) to the current one
   _, rss_before = _hwm_and_rss_mb()
-  r = evaluate.evaluate_dyck_file(run, str(path), memory_budget=128 << 20)
+  r = run.evaluator.with_batching(memory_budget=128 << 20).dyck_file(run.params, str(path))
   peak, _ = _hwm_and_rss_mb()
   assert r["examples"] == 1 and list(r["by_length"]) == [str(len(tokens))]
   # One row of [4 heads, 5120, 5120] float32 scores is 400 MiB and XLA keeps

@@ -17,7 +17,8 @@ import pytest
 
 import helpers
 from bifocal_jax import sharding as sharding_lib
-from bifocal_jax import train
+from bifocal_jax import state as state_lib
+from bifocal_jax import steps
 from bifocal_jax.tasks import pipeline
 
 # step: (loss, grad_norm, spectral_grad_norm, sum of params, sum of squared params)
@@ -40,18 +41,18 @@ def _checksums(params) -> tuple[float, float]:
   return sum(float(x.sum()) for x in leaves), sum(float((x * x).sum()) for x in leaves)
 
 
-def _run(kind: str, steps: int) -> dict[int, tuple[float, ...]]:
+def _run(kind: str, num_steps: int) -> dict[int, tuple[float, ...]]:
   config = helpers.tiny_config({"position.kind": kind, "spectral.freeze_steps": 0})
   mesh = sharding_lib.make_mesh(config.mesh)
   with jax.set_mesh(mesh):
-    s, state = train.setup(config, mesh)
-    step_fn = train.make_train_step(s)
+    s, state = state_lib.setup(config, mesh)
+    step_fn = steps.make_train_step(s)
     data = iter(pipeline.train_dataset(s.task, batch_size_per_process=config.batch_size,
                                        seed=config.seed, buckets=tuple(config.buckets)))
     out = {}
-    for step in range(1, steps + 1):
-      state, m = step_fn(state, train.to_global_batch(next(data), mesh))
-      if step in (1, steps):
+    for step in range(1, num_steps + 1):
+      state, m = step_fn(state, steps.to_global_batch(next(data), mesh))
+      if step in (1, num_steps):
         m = jax.device_get(m)
         out[step] = (float(m["loss"]), float(m["grad_norm"]), float(m["spectral_grad_norm"]),
                      *_checksums(state["params"]))
@@ -60,7 +61,7 @@ def _run(kind: str, steps: int) -> dict[int, tuple[float, ...]]:
 
 @pytest.mark.parametrize("kind", sorted(GOLDEN))
 def test_first_steps_match_the_recorded_numbers(kind):
-  got = _run(kind, steps=10)
+  got = _run(kind, num_steps=10)
   if os.environ.get("GOLDEN_PRINT"):
     print({kind: got})
   assert set(got) == set(GOLDEN[kind])

@@ -1,6 +1,5 @@
 """Fine-tuning by surgery: `--config.init_from=WORKDIR` converts a trained `rope` run."""
 
-import importlib.util
 import json
 import pathlib
 
@@ -8,16 +7,18 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
-from flax import nnx
 
 from bifocal_jax import analysis
 from bifocal_jax import checkpoint as checkpoint_lib
 from bifocal_jax import config as config_lib
 from bifocal_jax import geometric_frequencies
+from bifocal_jax import init_from
 from bifocal_jax import model as model_lib
 from bifocal_jax import sharding as sharding_lib
+from bifocal_jax import state as state_lib
 from bifocal_jax import tasks
 from bifocal_jax import train
+from bifocal_jax import workdir as workdir_lib
 from bifocal_jax.tasks import pipeline
 
 DYCK_CONFIG = pathlib.Path(__file__).resolve().parent.parent / "configs" / "dyck.py"
@@ -26,10 +27,7 @@ HEAD_DIM = 8  # configs/dyck.py:tiny: d_model 32, 4 heads
 
 def _tiny(kind, **position):
   """`configs/dyck.py:tiny` with `position.kind=kind` (and other position keys)."""
-  spec = importlib.util.spec_from_file_location("dyck_config", DYCK_CONFIG)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config("tiny")
+  config = config_lib.load_file(DYCK_CONFIG, "tiny")
   config.position.kind = kind
   config.position.update(position)
   config.async_checkpointing = False
@@ -62,8 +60,8 @@ def _restored_model(config, params_of):
   """The model of `config` with the params `params_of(setup)` returns."""
   mesh = sharding_lib.make_mesh(config.mesh)
   with jax.set_mesh(mesh):
-    s, _ = train.setup(config, mesh)
-    return nnx.merge(s.graphdef, params_of(s, mesh), s.constants)
+    s, _ = state_lib.setup(config, mesh)
+    return s.model(params_of(s, mesh))
 
 
 def _rope_model(rope_dir):
@@ -73,18 +71,15 @@ def _rope_model(rope_dir):
 
   def params_of(s, mesh):
     del mesh
-    ckpt = checkpoint_lib.Checkpointer(rope_dir, save_every=1, keep=1, read_only=True)
-    try:
+    with checkpoint_lib.Checkpointer.read_only(rope_dir) as ckpt:
       return ckpt.restore_latest(s.abstract_state)[1]["params"]
-    finally:
-      ckpt.close()
   return _restored_model(config, params_of)
 
 
 def _converted_model(config):
   """The model a run of `config` (with `init_from`) starts from."""
-  source = train.init_from_config(config, tasks.get_task(config.task))
-  return _restored_model(config, lambda s, mesh: train.load_init_params(config, source, mesh))
+  source = init_from.source_config(config, tasks.get_task(config.task))
+  return _restored_model(config, lambda s, mesh: init_from.load_params(config, source, mesh))
 
 
 @pytest.mark.slow
@@ -124,7 +119,7 @@ def test_fine_tuning_starts_at_the_geometric_spectrum_and_evolves(rope_run, tmp_
 
 def _write_source(directory, config):
   directory.mkdir()
-  (directory / "config.json").write_text(json.dumps(train.config_to_json(config)))
+  (directory / "config.json").write_text(json.dumps(workdir_lib.config_to_json(config)))
   return str(directory)
 
 

@@ -14,7 +14,10 @@ import helpers
 from bifocal_jax import checkpoint as checkpoint_lib
 from bifocal_jax import launch
 from bifocal_jax import sharding as sharding_lib
+from bifocal_jax import state as state_lib
+from bifocal_jax import steps
 from bifocal_jax import train
+from bifocal_jax import workdir as workdir_lib
 
 pytestmark = pytest.mark.usefixtures("fast_compiles", "persistent_compiles")
 
@@ -50,12 +53,11 @@ def assert_same_run(workdir, reference):
 def test_sigterm_then_kill9_at_three_points_ends_bitwise_identical(uninterrupted, tmp_path,
                                                                    compilation_cache_env):
   """The same command, re-run after each death, ends where an uninterrupted run
-  ends. `BIFOCAL_TEST_SIGNAL=STEP:NAME` makes train.py signal itself after STEP."""
+  ends. `signal_after="STEP:NAME"` makes train.py signal itself after STEP."""
   workdir = tmp_path / "run"
 
   def run(signal=None):
-    env = dict(compilation_cache_env, **({"BIFOCAL_TEST_SIGNAL": signal} if signal else {}))
-    return helpers.run_train(workdir, OVERRIDES, **env)
+    return helpers.run_train(workdir, OVERRIDES, signal_after=signal, **compilation_cache_env)
 
   # Preemption: the current step is saved, then a clean exit with a message.
   result = run("7:TERM")
@@ -111,10 +113,9 @@ def test_damaged_newest_checkpoint_falls_back_to_an_intact_one(uninterrupted, tm
   config = helpers.tiny_config()
   mesh = sharding_lib.make_mesh(config.mesh)
   with jax.set_mesh(mesh):
-    s, _ = train.setup(config, mesh)
-    ckpt = checkpoint_lib.Checkpointer(str(workdir), save_every=10, keep=3)
-    step, _, _ = ckpt.restore_latest(s.abstract_state)
-    ckpt.close()
+    s, _ = state_lib.setup(config, mesh)
+    with checkpoint_lib.Checkpointer(str(workdir), save_every=10, keep=3) as ckpt:
+      step, _, _ = ckpt.restore_latest(s.abstract_state)
   assert step == 20
   warning = capsys.readouterr().out
   assert f"checkpoint {workdir}/checkpoints/30 is damaged" in warning
@@ -145,11 +146,10 @@ def test_every_checkpoint_damaged_is_an_error_not_a_fresh_start(uninterrupted, t
   config = helpers.tiny_config()
   mesh = sharding_lib.make_mesh(config.mesh)
   with jax.set_mesh(mesh):
-    s, _ = train.setup(config, mesh)
-    ckpt = checkpoint_lib.Checkpointer(str(workdir), save_every=10, keep=3)
-    with pytest.raises(checkpoint_lib.CheckpointError, match="every checkpoint .* is damaged"):
-      ckpt.restore_latest(s.abstract_state)
-    ckpt.close()
+    s, _ = state_lib.setup(config, mesh)
+    with checkpoint_lib.Checkpointer(str(workdir), save_every=10, keep=3) as ckpt:
+      with pytest.raises(checkpoint_lib.CheckpointError, match="every checkpoint .* is damaged"):
+        ckpt.restore_latest(s.abstract_state)
 
 
 # ----------------------------------------------------------------------------
@@ -160,16 +160,16 @@ def test_every_checkpoint_damaged_is_an_error_not_a_fresh_start(uninterrupted, t
 def poison_training_batch(monkeypatch, step: int):
   """Makes the loss of training step `step` NaN (a NaN in its mask)."""
   calls = []
-  to_global_batch = train.to_global_batch
+  to_global_batch = steps.to_global_batch
 
-  def poisoned(batch, mesh):
-    if len(batch["mask"]) == helpers.tiny_config().batch_size:  # evaluation batches are larger
+  def poisoned(batch, mesh, fields=steps.TRAIN_FIELDS):
+    if fields == steps.TRAIN_FIELDS:  # not an evaluation batch
       calls.append(None)
       if len(calls) == step:
         batch = dict(batch, mask=np.full_like(batch["mask"], np.nan))
-    return to_global_batch(batch, mesh)
+    return to_global_batch(batch, mesh, fields)
 
-  monkeypatch.setattr(train, "to_global_batch", poisoned)
+  monkeypatch.setattr(steps, "to_global_batch", poisoned)
 
 
 def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch,
@@ -220,11 +220,11 @@ def test_runtime_keys_may_change_and_overwrite_clears_the_old_run(uninterrupted,
   workdir = tmp_path / "run"
   shutil.copytree(uninterrupted, workdir)
   runtime = helpers.tiny_config({"log_every": 5, "mesh.data": 1, "keep_checkpoints": 1})
-  train.check_workdir_config(str(workdir), runtime, overwrite=False)  # no error
+  workdir_lib.check_config(str(workdir), runtime, overwrite=False)  # no error
   other = helpers.tiny_config({"seed": 1})
-  with pytest.raises(train.WorkdirConflictError, match="seed: 0 -> 1"):
-    train.check_workdir_config(str(workdir), other, overwrite=False)
-  train.check_workdir_config(str(workdir), other, overwrite=True)
+  with pytest.raises(workdir_lib.WorkdirConflictError, match="seed: 0 -> 1"):
+    workdir_lib.check_config(str(workdir), other, overwrite=False)
+  workdir_lib.check_config(str(workdir), other, overwrite=True)
   assert sorted(p.name for p in workdir.iterdir()) == []
   with open(uninterrupted / "config.json") as f:
     assert json.load(f)["seed"] == 0  # the reference is untouched

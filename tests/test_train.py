@@ -15,6 +15,7 @@ from bifocal_jax import analysis
 from bifocal_jax import geometric_frequencies
 from bifocal_jax import model as model_lib
 from bifocal_jax import train
+from bifocal_jax import workdir as workdir_lib
 
 pytestmark = pytest.mark.usefixtures("fast_compiles", "persistent_compiles")
 
@@ -49,7 +50,7 @@ def test_loss_falls_and_checkpoints_appear(bifocal_run):
 def test_workdir_keeps_the_resolved_config_the_metrics_and_tensorboard(bifocal_run):
   workdir, config, _ = bifocal_run
   with open(os.path.join(workdir, "config.json")) as f:
-    assert json.load(f) == train.config_to_json(config)
+    assert json.load(f) == workdir_lib.config_to_json(config)
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     records = [json.loads(line) for line in f]
   for record in records:
@@ -112,16 +113,13 @@ def test_rerun_after_completion_resumes_instead_of_restarting(bifocal_run, capsy
   assert helpers.checkpoint_steps(workdir) == [10, 20, 30]
 
 
-def test_sigint_saves_the_step_and_rerunning_resumes_exactly(bifocal_run, tmp_path, monkeypatch,
-                                                             capsys):
+def test_sigint_saves_the_step_and_rerunning_resumes_exactly(bifocal_run, tmp_path, capsys):
   _, config, _ = bifocal_run
   workdir = str(tmp_path)
-  monkeypatch.setenv("BIFOCAL_TEST_SIGNAL", "15:INT")  # Ctrl-C after step 15
-  summary = train.train_and_evaluate(config, workdir)
+  summary = train.train_and_evaluate(config, workdir, hooks=[helpers.SignalAfter(15, "INT")])
   assert summary["preempted_at"] == 15
   assert "preempted (SIGINT): saved step 15" in capsys.readouterr().out
   assert helpers.checkpoint_steps(workdir) == [10, 15]
-  monkeypatch.delenv("BIFOCAL_TEST_SIGNAL")
   train.train_and_evaluate(config, workdir)
   assert "resuming" in capsys.readouterr().out
   # Same process, same compiled step: resuming changes nothing, bit for bit.
@@ -138,12 +136,14 @@ SHARDED_RUNS = """
 import os, sys
 import helpers
 from bifocal_jax import train
+from bifocal_jax import workdir as workdir_lib
 assert len(__import__("jax").devices()) == 8
-os.environ["BIFOCAL_TEST_SIGNAL"] = "20:TERM"  # stop (checkpointed) after step 20
+stop = helpers.SignalAfter(20, "TERM")  # stop (checkpointed) after step 20
 for name, mesh in {meshes}.items():
   config = helpers.tiny_config()
   config.mesh.update(mesh)
-  assert train.train_and_evaluate(config, os.path.join({base!r}, name))["preempted_at"] == 20
+  summary = train.train_and_evaluate(config, os.path.join({base!r}, name), hooks=[stop])
+  assert summary["preempted_at"] == 20
 """
 
 

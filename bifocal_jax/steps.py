@@ -1,0 +1,150 @@
+"""The jit-compiled train and eval steps, and host batches -> global arrays.
+
+`make_train_step(setup)` composes three pure parts, each testable alone:
+`update` (loss, gradients, the optimizer), `guard_nonfinite` (the
+`nan_policy`) and `record_trajectory` (Spectral Evolution's record). The
+state is donated and laid out by the `Setup`'s shardings.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from bifocal_jax import metrics as metrics_lib
+from bifocal_jax import optim
+from bifocal_jax import sharding as sharding_lib
+from bifocal_jax.state import Setup
+
+# Codes for the quantity that went non-finite (recorded on device).
+NONFINITE_WHAT = {1: "loss", 2: "gradient norm"}
+TRAIN_FIELDS = ("inputs", "targets", "mask", "valid")
+# Evaluation also carries each row's length and depth, so that the counts of
+# a global batch (several processes) can be tallied without the local batches.
+EVAL_FIELDS = TRAIN_FIELDS + ("length", "depth")
+
+
+def to_global_batch(batch: dict, mesh, fields=TRAIN_FIELDS) -> dict:
+  """Each process's local batch -> one global array per field, on the mesh."""
+  sharding = sharding_lib.batch_sharding(mesh)
+  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(batch[k]))
+          for k in fields}
+
+
+def grad_norms(grads) -> tuple[jax.Array, jax.Array]:
+  """Global norms of the base and of the spectral gradients."""
+  is_variable = lambda x: isinstance(x, nnx.Variable)
+  leaves = jax.tree.leaves(grads, is_leaf=is_variable)
+  labels = jax.tree.leaves(optim.spectral_labels(grads))
+  sums = {optim.BASE: jnp.zeros((), jnp.float32), optim.SPECTRAL: jnp.zeros((), jnp.float32)}
+  for leaf, label in zip(leaves, labels, strict=True):
+    value = leaf[...] if is_variable(leaf) else leaf
+    sums[label] = sums[label] + jnp.sum(jnp.square(value.astype(jnp.float32)))
+  return jnp.sqrt(sums[optim.BASE]), jnp.sqrt(sums[optim.SPECTRAL])
+
+
+def loss_and_counts(s: Setup, params, batch, rng, *, train: bool, close_ids=None):
+  """`(mean masked cross-entropy, (its weight, per-example accuracy counts))`."""
+  logits = s.model(params)(batch["inputs"], batch["valid"], rng=rng, train=train)
+  loss, weight = metrics_lib.masked_cross_entropy(logits, batch["targets"], batch["mask"])
+  counts = metrics_lib.accuracy_counts(logits, batch["targets"], batch["mask"],
+                                       close_ids=close_ids)
+  return loss, (weight, counts)
+
+
+def update(s: Setup, state, batch, rng):
+  """One optimizer update, unguarded: `(params, opt_state, step metrics)`."""
+  loss_fn = lambda p: loss_and_counts(s, p, batch, rng, train=True)
+  (loss, (weight, counts)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+  grad_norm, spectral_grad_norm = grad_norms(grads)
+  updates, opt_state = s.tx.update(grads, state["opt_state"], state["params"])
+  params = optax.apply_updates(state["params"], updates)
+  metrics = dict(loss=loss, loss_weight=weight, grad_norm=grad_norm,
+                 spectral_grad_norm=spectral_grad_norm,
+                 token_correct=counts["token_correct"].sum(),
+                 token_total=counts["token_total"].sum())
+  return params, opt_state, metrics
+
+
+def guard_nonfinite(state, params, opt_state, metrics, *, skip: bool):
+  """The `nan_policy`: `(params, opt_state, nonfinite, next step, skipped)`.
+
+  Under "error" (`skip=False`) the first non-finite update freezes the state
+  for good and is recorded (the host raises at its next check); under "skip",
+  only that update is dropped, and the step counter still advances.
+  """
+  step = state["step"]
+  finite_loss = jnp.isfinite(metrics["loss"])
+  finite = (finite_loss & jnp.isfinite(metrics["grad_norm"])
+            & jnp.isfinite(metrics["spectral_grad_norm"]))
+  already_bad = state["nonfinite"]["step"] >= 0
+  keep_old = ~finite if skip else (~finite | already_bad)
+  keep = lambda old, new: jax.tree.map(lambda o, n: jnp.where(keep_old, o, n), old, new)
+  first_bad = (~finite) & ~already_bad & (not skip)
+  # Named like metrics and checkpoints name steps: the update that makes step + 1.
+  nonfinite = dict(
+      step=jnp.where(first_bad, step + 1, state["nonfinite"]["step"]),
+      what=jnp.where(first_bad, jnp.where(finite_loss, 2, 1), state["nonfinite"]["what"]))
+  next_step = jnp.where(keep_old & (not skip), step, step + 1)
+  return (keep(state["params"], params), keep(state["opt_state"], opt_state), nonfinite,
+          next_step, (~finite).astype(jnp.int32))
+
+
+def record_trajectory(trajectory, frequencies, step, next_step, *, record_every: int,
+                      last_step: int) -> dict:
+  """Appends `frequencies` when the update to `next_step` happened and that
+  step is a recording step (every `record_every`, and the last)."""
+  record = ((next_step % record_every == 0) | (next_step == last_step)) & (next_step != step)
+  count = trajectory["count"]
+  at_count = lambda buffer, value: jnp.where(
+      record, jax.lax.dynamic_update_index_in_dim(buffer, value, count, 0), buffer)
+  return dict(frequencies=at_count(trajectory["frequencies"], frequencies),
+              steps=at_count(trajectory["steps"], next_step),
+              count=count + record.astype(jnp.int32), start=trajectory["start"])
+
+
+def make_train_step(s: Setup):
+  """`state, metrics = train_step(state, batch)`, jit-compiled with shardings."""
+  config = s.config
+  base_key = jax.random.key(config.seed)
+
+  def train_step(state, batch):
+    rng = jax.random.fold_in(base_key, state["step"])
+    params, opt_state, metrics = update(s, state, batch, rng)
+    params, opt_state, nonfinite, next_step, skipped = guard_nonfinite(
+        state, params, opt_state, metrics, skip=config.nan_policy == "skip")
+    trajectory = state["trajectory"]
+    drift = jnp.zeros((), jnp.float32)
+    if s.has_spectral:
+      frequencies = s.spectral_frequencies(params)
+      trajectory = record_trajectory(
+          trajectory, frequencies, state["step"], next_step,
+          record_every=config.spectral.record_every, last_step=config.steps)
+      drift = jnp.abs(jnp.log(frequencies) - jnp.log(trajectory["start"])).mean()
+    new_state = dict(step=next_step, params=params, opt_state=opt_state,
+                     trajectory=trajectory, nonfinite=nonfinite)
+    return new_state, dict(metrics, spectral_drift=drift, skipped=skipped)
+
+  return jax.jit(
+      train_step,
+      in_shardings=(s.state_shardings, sharding_lib.batch_sharding(s.mesh)),
+      out_shardings=(s.state_shardings, sharding_lib.replicated(s.mesh)),
+      donate_argnums=(0,))
+
+
+def make_eval_step(s: Setup, *, close_ids=None):
+  """`counts = eval_step(params, batch, rng)` on a global batch of `EVAL_FIELDS`:
+  per-example accuracy counts (`metrics.accuracy_counts`), `loss_sum`, and
+  each row's `length`, `depth` and `row_valid` (holds an example), all
+  replicated so that every process can read them."""
+
+  def eval_step(params, batch, rng):
+    loss, (weight, counts) = loss_and_counts(s, params, batch, rng, train=False,
+                                             close_ids=close_ids)
+    return dict(counts, loss_sum=loss * weight, length=batch["length"], depth=batch["depth"],
+                row_valid=batch["valid"].any(-1))
+
+  return jax.jit(eval_step, out_shardings=sharding_lib.replicated(s.mesh))

@@ -1,0 +1,63 @@
+"""Experiment values shared by the Chomsky-hierarchy task configs (`configs/<task>.py`).
+
+Not a config of its own (its name starts with `_`): each task's file calls
+`get_config(task_name, arg)`. Config files are run from the repository root
+(`python train.py --config configs/<task>.py`), which makes `configs`
+importable.
+"""
+
+import ml_collections
+
+from bifocal_jax import config as config_lib
+
+
+def get_config(task_name: str, arg: str | None = None) -> ml_collections.ConfigDict:
+  """The config of `configs/<task_name>.py` for a Chomsky-hierarchy task.
+
+  Variants: default (a CPU-sized run, test lengths 41..500 of Deletang et al.),
+  `tiny` (tests), `paper` (their protocol: 5 layers, width 64, 8 heads, batch
+  128, for an accelerator).
+  """
+  c = config_lib.base_config(task_name)
+  c.position.kind = "bifocal"
+  c.model.num_layers = 2
+  c.model.d_model = 64
+  c.model.num_heads = 4
+  c.steps = 3000
+  c.batch_size = 32
+  c.learning_rate = 1e-3
+  c.checkpoint_every = 1000
+  c.eval_every = 1000
+  c.spectral.record_every = 25
+  if arg == "tiny":
+    c.model.num_layers = 1
+    c.model.d_model = 32
+    c.model.mlp_dim = 64
+    c.steps = 20
+    c.batch_size = 8
+    c.warmup_steps = 5
+    c.checkpoint_every = 10
+    c.eval_every = 20
+    c.log_every = 10
+    c.eval_examples = 16
+    c.eval_batch_size = 16
+    c.spectral.record_every = 5
+    c.progress_bar = False
+    c.task.train.max_length = 12
+    c.task.valid.max_length = 12
+    c.task.test_length.min_length = 13
+    c.task.test_length.max_length = 24
+    c.task.test_length.size = 16
+  elif arg == "paper":
+    c.model.num_layers = 5
+    c.model.d_model = 64
+    c.model.num_heads = 8
+    c.batch_size = 128
+    c.steps = 100_000
+    c.learning_rate = 1e-3
+    c.warmup_steps = 1000
+    c.checkpoint_every = 5000
+    c.eval_every = 5000
+  elif arg not in (None, ""):
+    raise ValueError(f"configs/{task_name}.py: unknown variant {arg!r} (use tiny or paper)")
+  return c

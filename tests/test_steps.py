@@ -1,0 +1,67 @@
+"""The pure parts of the train step: the non-finite policy and the trajectory record."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bifocal_jax import steps
+
+
+def _state(step=4, bad_step=-1):
+  return dict(step=jnp.int32(step), params={"w": jnp.ones(3)}, opt_state={"m": jnp.zeros(3)},
+              nonfinite=dict(step=jnp.int32(bad_step), what=jnp.int32(0)))
+
+
+def _metrics(loss=1.0, grad_norm=1.0, spectral_grad_norm=0.5):
+  return dict(loss=jnp.float32(loss), grad_norm=jnp.float32(grad_norm),
+              spectral_grad_norm=jnp.float32(spectral_grad_norm))
+
+
+NEW = ({"w": jnp.full(3, 2.0)}, {"m": jnp.full(3, 7.0)})
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_a_finite_update_is_applied(skip):
+  params, opt_state, nonfinite, next_step, skipped = steps.guard_nonfinite(
+      _state(), *NEW, _metrics(), skip=skip)
+  assert float(params["w"][0]) == 2.0 and float(opt_state["m"][0]) == 7.0
+  assert int(next_step) == 5 and int(skipped) == 0 and int(nonfinite["step"]) == -1
+
+
+@pytest.mark.parametrize("metrics, what", [(_metrics(loss=np.nan), 1),
+                                           (_metrics(grad_norm=np.inf), 2),
+                                           (_metrics(spectral_grad_norm=np.nan), 2)])
+def test_error_policy_freezes_the_state_and_names_the_step_and_quantity(metrics, what):
+  params, opt_state, nonfinite, next_step, skipped = steps.guard_nonfinite(
+      _state(step=4), *NEW, metrics, skip=False)
+  assert float(params["w"][0]) == 1.0 and float(opt_state["m"][0]) == 0.0
+  assert int(next_step) == 4 and int(skipped) == 1
+  assert int(nonfinite["step"]) == 5 and int(nonfinite["what"]) == what
+  # Frozen for good: a later finite update is not applied either, and the first bad step stays.
+  state = _state(step=4, bad_step=5)
+  params, _, nonfinite, next_step, _ = steps.guard_nonfinite(state, *NEW, _metrics(), skip=False)
+  assert float(params["w"][0]) == 1.0 and int(next_step) == 4 and int(nonfinite["step"]) == 5
+
+
+def test_skip_policy_drops_only_the_bad_update():
+  params, opt_state, nonfinite, next_step, skipped = steps.guard_nonfinite(
+      _state(step=4), *NEW, _metrics(loss=np.nan), skip=True)
+  assert float(params["w"][0]) == 1.0 and float(opt_state["m"][0]) == 0.0
+  assert int(next_step) == 5 and int(skipped) == 1 and int(nonfinite["step"]) == -1
+
+
+def test_trajectory_records_every_record_every_steps_and_the_last():
+  trajectory = dict(frequencies=jnp.zeros((5, 2)), steps=jnp.zeros(5, jnp.int32),
+                    count=jnp.int32(1), start=jnp.ones(2))
+  recorded = []
+  for step in range(7):
+    trajectory = steps.record_trajectory(trajectory, jnp.full(2, float(step + 1)), jnp.int32(step),
+                                         jnp.int32(step + 1), record_every=3, last_step=7)
+    recorded.append(int(trajectory["count"]))
+  assert recorded == [1, 1, 2, 2, 2, 3, 4]
+  np.testing.assert_array_equal(trajectory["steps"][:4], [0, 3, 6, 7])
+  np.testing.assert_array_equal(trajectory["frequencies"][1:4, 0], [3.0, 6.0, 7.0])
+  # A step that did not advance (a frozen state) records nothing.
+  same = steps.record_trajectory(trajectory, jnp.zeros(2), jnp.int32(3), jnp.int32(3),
+                                 record_every=3, last_step=7)
+  assert int(same["count"]) == 4

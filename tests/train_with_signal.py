@@ -1,0 +1,29 @@
+r"""`train.py` with a test hook: the process signals itself after a given step.
+
+  python tests/train_with_signal.py STEP:NAME <train.py flags>   (e.g. 20:KILL, 7:TERM)
+
+At a checkpoint step the signal comes right after that step's save began, so
+a KILL lands during the asynchronous save; at other steps, once the earlier
+saves are complete (`helpers.SignalAfter`).
+"""
+
+import functools
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+# Imported first: train.py may re-execute this command line (the host
+# allocator), and the re-executed process must see the STEP:NAME argument too.
+import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+import helpers  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax import launch  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+if __name__ == "__main__":
+  hook = helpers.SignalAfter.parse(sys.argv.pop(1))
+  app.run(functools.partial(train.main, hooks=[hook]),
+          flags_parser=launch.flags_parser(train._CONFIG))  # pylint: disable=protected-access
