@@ -1,21 +1,22 @@
 # Two commands on a fresh machine: `make demo` and `make test`.
 # Both create .venv from a Python 3.12+ found by .ci/find_python.sh and install
-# requirements.txt plus the package (editable); re-running skips that step when
-# neither requirements.txt nor pyproject.toml changed.
+# requirements.txt, requirements-dev.txt and the package (editable); re-running
+# skips that step when none of those files changed.
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo lint format test test-fast bench clean
+LINTED := bifocal_jax train.py eval.py configs benchmarks tests docs
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || { PYTHON=$$(bash .ci/find_python.sh) && echo "creating $(VENV) with $$PYTHON" && $$PYTHON -m venv $(VENV); }
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
 	$(PY) -m pip install -q --no-deps -e .
 	@touch $(STAMP)
 
@@ -23,6 +24,15 @@ $(STAMP): requirements.txt pyproject.toml
 demo: $(STAMP)
 	$(PY) train.py --config configs/dyck.py --workdir $(DEMO_DIR)
 	$(PY) eval.py --workdir $(DEMO_DIR)
+
+# The linter (ruff) on everything, the formatter (yapf, 2-space Google style)
+# on the package; both configured in pyproject.toml. `make format` rewrites.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/yapf --diff --recursive --parallel bifocal_jax
+
+format: $(STAMP)
+	$(VENV)/bin/yapf --in-place --recursive --parallel bifocal_jax
 
 # The whole suite, slow end-to-end tests included (what CI runs).
 test: $(STAMP)

@@ -8,7 +8,6 @@ with output positions). Positional treatment lives in `attention.py`.
 
 from __future__ import annotations
 
-from typing import Any
 
 import jax
 import jax.numpy as jnp

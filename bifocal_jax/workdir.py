@@ -85,7 +85,8 @@ def check_config(workdir: str, config, *, overwrite: bool) -> None:
     with open(path) as f:
       old = json.load(f)
   except (OSError, json.JSONDecodeError) as e:
-    raise WorkdirConflictError(f"{path} is unreadable ({e}); pass --overwrite to start over")
+    raise WorkdirConflictError(
+        f"{path} is unreadable ({e}); pass --overwrite to start over") from None
   diffs = config_differences(old, config_to_json(config))
   if not diffs:
     return
