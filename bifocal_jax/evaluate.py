@@ -40,6 +40,9 @@ another checkpoint step are dropped.
                             scored positions where p(correct close) /
                             p(any close) > 0.8
     close_sequence_accuracy Dyck only: strings with every position so
+    ci95                    {accuracy name: [low, high]}: 95% bootstrap
+                            interval over the examples of each accuracy
+                            above (`stats.bootstrap_ci`)
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from bifocal_jax import checkpoint as checkpoint_lib
 from bifocal_jax import model as model_lib
 from bifocal_jax import sharding as sharding_lib
 from bifocal_jax import state as state_lib
+from bifocal_jax import stats
 from bifocal_jax import steps
 from bifocal_jax import workdir as workdir_lib
 from bifocal_jax.tasks import base
@@ -194,7 +198,25 @@ class Tally:
     if "close_correct" in c:
       out["close_accuracy"] = float(c["close_correct"].sum()) / total
       out["close_sequence_accuracy"] = float(np.mean(c["close_correct"] == tokens))
+    out["ci95"] = confidence_intervals(c)
     return out
+
+
+def confidence_intervals(columns: dict[str, np.ndarray]) -> dict[str, list[float]]:
+  """95% bootstrap intervals (over examples) of every accuracy of a split's
+  per-example `columns` (`Tally`'s): `{metric: [low, high]}`."""
+  correct, tokens = columns["token_correct"], columns["token_total"]
+  ones = np.ones_like(tokens)
+  statistics = dict(
+      token_accuracy=stats.ratio_of_sums(correct, tokens),
+      sequence_accuracy=stats.ratio_of_sums(correct == tokens, ones),
+      che_score=stats.mean_over_groups(correct, tokens, columns["length"]))
+  if "close_correct" in columns:
+    close = columns["close_correct"]
+    statistics["close_accuracy"] = stats.ratio_of_sums(close, tokens)
+    statistics["close_sequence_accuracy"] = stats.ratio_of_sums(close == tokens, ones)
+  return {name: list(stats.bootstrap_ci(statistic, correct.size))
+          for name, statistic in statistics.items()}
 
 
 def score_batches(batches: Iterable[dict], counts_fn: Callable[[dict], dict]) -> dict:
@@ -460,6 +482,13 @@ def _fmt(v) -> str:
   return "-" if v is None else f"{v:.3f}"
 
 
+def _fmt_ci(v, ci) -> str:
+  """`0.861+-0.011` (half the interval's width), or the value alone."""
+  if v is None or not ci or not all(np.isfinite(ci)):
+    return _fmt(v)
+  return f"{v:.3f}+-{(ci[1] - ci[0]) / 2:.3f}"
+
+
 def format_results(results: dict) -> str:
   """The results as text tables: per split, by depth, and by length (octaves)."""
   lines = [f"{results['workdir']}  step {results['step']}  task {results['task']}  "
@@ -468,12 +497,14 @@ def format_results(results: dict) -> str:
   if not splits:
     return lines[0]
   width = max(12, *(len(n) for n in splits))
-  lines.append(f"{'split':<{width}} {'examples':>8} {'token':>7} {'seq':>7} {'close':>7} "
-               f"{'close_seq':>9} {'che':>7}")
+  metrics = ("token_accuracy", "sequence_accuracy", "close_accuracy", "close_sequence_accuracy",
+             "che_score")
+  lines.append(f"{'split':<{width}} {'examples':>8} " + " ".join(
+      f"{name:>11}" for name in ("token", "seq", "close", "close_seq", "che")))
   for name, r in splits.items():
-    lines.append(f"{name:<{width}} {r['examples']:>8} {_fmt(r['token_accuracy']):>7} "
-                 f"{_fmt(r['sequence_accuracy']):>7} {_fmt(r.get('close_accuracy')):>7} "
-                 f"{_fmt(r.get('close_sequence_accuracy')):>9} {_fmt(r['che_score']):>7}")
+    cells = [_fmt_ci(r.get(m), r.get("ci95", {}).get(m)) for m in metrics]
+    lines.append(f"{name:<{width}} {r['examples']:>8} " + " ".join(f"{c:>11}" for c in cells))
+  lines.append("(accuracy +- half the width of its 95% bootstrap interval over examples)")
   for field, title in (("by_depth", "token accuracy by depth"),
                        ("by_length", "token accuracy by length")):
     lines.append(title + ":")

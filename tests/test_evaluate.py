@@ -70,6 +70,8 @@ def test_results_schema(trained, evaluated):
     for key in ("token_accuracy", "sequence_accuracy", "close_accuracy",
                 "close_sequence_accuracy", "che_score"):
       assert 0.0 <= s[key] <= 1.0, (name, key)
+      lo, hi = s["ci95"][key]  # every accuracy carries its 95% interval
+      assert lo <= s[key] <= hi and hi - lo < 0.6, (name, key, lo, hi)
     assert s["loss"] > 0
     assert sum(s["by_length_tokens"].values()) == s["tokens"] == sum(s["by_depth_tokens"].values())
     pooled = sum(s["by_length"][k] * n for k, n in s["by_length_tokens"].items()) / s["tokens"]
@@ -90,7 +92,8 @@ def test_results_schema(trained, evaluated):
   assert len(spectrum["heads"]) == spectrum["shape"][0] * spectrum["shape"][1] > 0
   for path in spectrum["plots"].values():
     assert os.path.getsize(path) > 5000
-  assert "CHE" in evaluate.format_results(r)
+  table = evaluate.format_results(r)
+  assert "CHE" in table and f"{r['splits']['valid']['token_accuracy']:.3f}+-" in table
 
 
 def test_training_loop_logs_what_the_evaluator_scores(trained, run):

@@ -53,9 +53,11 @@ def default_config() -> ml_collections.ConfigDict:
   c.m = 5
   m = c.get_ref("m")
   c.train = base.split_config(3, 99, 1 << 20, min_depth=1, max_depth=m)
-  c.valid = base.split_config(3, 99, 512, min_depth=1, max_depth=m)
-  c.test_length = base.split_config(101, 299, 256, min_depth=1, max_depth=m)
-  c.test_depth = base.split_config(3, 99, 250, min_depth=m + 1, max_depth=2 * m)
+  # Held-out splits of 2,000 strings: a token accuracy near 0.9 then has a 95%
+  # interval of about +-0.01 (tokens within a string are correlated).
+  c.valid = base.split_config(3, 99, 2000, min_depth=1, max_depth=m)
+  c.test_length = base.split_config(101, 299, 2000, min_depth=1, max_depth=m)
+  c.test_depth = base.split_config(3, 99, 2000, min_depth=m + 1, max_depth=2 * m)
   return c
 
 

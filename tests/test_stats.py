@@ -1,0 +1,62 @@
+"""Intervals: the bootstrap over examples and the intervals over seeds."""
+
+import numpy as np
+import pytest
+
+from bifocal_jax import stats
+
+
+def test_bootstrap_interval_of_a_proportion_matches_the_binomial_one():
+  rng = np.random.default_rng(1)
+  correct = (rng.random(2000) < 0.9).astype(float)
+  lo, hi = stats.bootstrap_ci(stats.ratio_of_sums(correct, np.ones(2000)), 2000)
+  p = correct.mean()
+  half = 1.96 * np.sqrt(p * (1 - p) / 2000)
+  assert lo < p < hi
+  assert (hi - lo) / 2 == pytest.approx(half, rel=0.15)
+
+
+def test_bootstrap_covers_the_truth_about_95_percent_of_the_time():
+  rng = np.random.default_rng(2)
+  covered = 0
+  for trial in range(200):
+    correct = (rng.random(300) < 0.7).astype(float)
+    lo, hi = stats.bootstrap_ci(stats.ratio_of_sums(correct, np.ones(300)), 300, replicates=300,
+                                seed=trial)
+    covered += lo <= 0.7 <= hi
+  assert 0.88 <= covered / 200 <= 0.99
+
+
+def test_mean_over_groups_is_the_che_score_and_its_interval_widens_with_noise():
+  tokens = np.array([2, 2, 4, 4, 1, 1])
+  correct = np.array([2, 0, 4, 2, 1, 1])
+  groups = np.array([41, 41, 42, 42, 43, 43])
+  statistic = stats.mean_over_groups(correct, tokens, groups)
+  assert statistic(np.ones((1, 6)))[0] == pytest.approx(np.mean([0.5, 0.75, 1.0]))
+  # A replicate missing a whole group averages the others.
+  assert statistic(np.array([[1, 1, 1, 1, 0, 0.0]]))[0] == pytest.approx(0.625)
+  lo, hi = stats.bootstrap_ci(statistic, 6)
+  assert lo < 0.75 < hi
+  perfect = stats.mean_over_groups(tokens, tokens, groups)
+  assert stats.bootstrap_ci(perfect, 6) == (1.0, 1.0)
+
+
+def test_t_quantiles():
+  assert stats.t_quantile(4) == pytest.approx(2.776)
+  assert stats.t_quantile(11) == pytest.approx(2.201, abs=0.005)
+  assert stats.t_quantile(100) == pytest.approx(1.984, abs=0.003)
+  with pytest.raises(ValueError, match="dof=0"):
+    stats.t_quantile(0)
+
+
+def test_seed_interval_and_paired_difference():
+  out = stats.seed_interval([0.8, 0.82, 0.84, 0.86, 0.88])
+  assert out["mean"] == pytest.approx(0.84) and out["n"] == 5
+  half = 2.776 * np.std([0.8, 0.82, 0.84, 0.86, 0.88], ddof=1) / np.sqrt(5)
+  assert out["ci95"] == pytest.approx([0.84 - half, 0.84 + half])
+  assert stats.seed_interval([0.5])["ci95"] is None
+  # Paired: a small but consistent gain is decided; noise around zero is not.
+  assert stats.paired_difference([0.81, 0.92, 0.73, 0.85], [0.8, 0.9, 0.72, 0.83])["decided"]
+  assert not stats.paired_difference([0.81, 0.88, 0.73, 0.85], [0.8, 0.9, 0.72, 0.86])["decided"]
+  with pytest.raises(ValueError, match="do not pair"):
+    stats.paired_difference([1, 2], [1])
