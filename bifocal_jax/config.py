@@ -48,7 +48,7 @@ def base_config(task_name: str) -> ml_collections.ConfigDict:
   c.eval_examples = 512       # per held-out split, during training
   c.eval_batch_size = 64
   c.nan_policy = "error"      # "error": stop and name the step; "skip": drop the update
-  c.init_from = ""            # workdir of a trained `rope` run to convert by surgery
+  c.init_from = ""            # workdir of a trained `rope` run to start from (init_from.py)
   c.peak_flops = 0.0          # device peak FLOP/s for MFU; 0: not reported
   c.progress_bar = True
   c.prefetch = 2              # batches prepared ahead of the train step

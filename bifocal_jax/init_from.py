@@ -4,6 +4,10 @@ The source run's latest checkpoint is restored, its fixed rotary embeddings
 are swapped by `surgery.spectralize` for the spectral eyes this run's
 `config.position` asks for (so the model computes the same function), and
 training continues with Spectral Evolution from the geometric spectrum.
+
+A target of kind `rope` continues the source's parameters unchanged: the
+control arm of the paper's protocol (the same further steps, from the same
+checkpoint, with a fresh optimizer as the converted run has).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from bifocal_jax import surgery
 from bifocal_jax import tasks
 from bifocal_jax import workdir as workdir_lib
 
-TARGET_KINDS = ("spectral", "bifocal")
+TARGET_KINDS = ("spectral", "bifocal", "rope")
 _SIZES = ("num_layers", "d_model", "num_heads", "head_dim", "mlp_dim")
 
 
@@ -30,7 +34,8 @@ def source_config(config, task) -> ml_collections.ConfigDict:
   This requires
     * of the source: a workdir of a `position.kind='rope'` run holding a
       checkpoint;
-    * of this run: `position.kind` 'spectral' or 'bifocal' (either split), the
+    * of this run: `position.kind` 'spectral', 'bifocal' (either split) or
+      'rope' (a plain continuation), the
       source's model sizes (`num_layers`, `d_model`, `num_heads`, `head_dim`,
       `mlp_dim`) and rotary spectrum (`position.base`, `position.layout`),
       and a task with the source's vocabulary size and direction (causal or
@@ -51,7 +56,7 @@ def source_config(config, task) -> ml_collections.ConfigDict:
     fail(f"the source run has position.kind={source.position.kind!r}; init_from converts a "
          "'rope' run")
   if config.position.kind not in TARGET_KINDS:
-    fail(f"needs position.kind in {TARGET_KINDS} (the spectral model it becomes), "
+    fail(f"needs position.kind in {TARGET_KINDS} (what the rope model becomes), "
          f"got {config.position.kind!r}")
   sizes = lambda c: (c.model.num_layers,) + model_lib.resolved_dims(c.model)
   if sizes(source) != sizes(config):
@@ -83,7 +88,9 @@ def load_params(config, source: ml_collections.ConfigDict, mesh):
     _, state, _ = ckpt.restore_latest(src_setup.abstract_state)
   model = src_setup.model(state["params"])
   position = config.position
-  if position.kind == "spectral":
+  if position.kind == "rope":
+    pass  # the control arm: the same parameters, continued
+  elif position.kind == "spectral":
     surgery.spectralize(model, per_head=True)
   else:  # bifocal: the same eyes `attention.make_rope` builds from these keys
     num_heads, head_dim = model_lib.resolved_dims(config.model)[1:3]

@@ -102,6 +102,14 @@ def test_converted_model_computes_the_rope_models_function(rope_run, rope_output
   np.testing.assert_allclose(frequencies, np.broadcast_to(geometric, spectral_shape), rtol=1e-6)
 
 
+def test_rope_target_continues_the_same_parameters(rope_run, rope_outputs):
+  """The protocol's control arm: `init_from` into `rope` is a plain continuation."""
+  config = _tiny("rope")
+  config.init_from = rope_run
+  tokens, valid, rope_logits = rope_outputs
+  np.testing.assert_array_equal(_converted_model(config)(tokens, valid), rope_logits)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["spectral", "bifocal"])
 def test_fine_tuning_starts_at_the_geometric_spectrum_and_evolves(rope_run, tmp_path, kind):
@@ -133,7 +141,7 @@ def _set(config, key, value):
 @pytest.mark.parametrize("source_key, target_key, value, match", [
     (None, None, None, "no config.json there"),
     ("position.kind", None, "bifocal", r"the source run has position.kind='bifocal'"),
-    (None, "position.kind", "rope", r"needs position.kind in \('spectral', 'bifocal'\)"),
+    (None, "position.kind", "nope", r"needs position.kind in \('spectral', 'bifocal', 'rope'\)"),
     (None, "model.d_model", 64, r"model.d_model=64 \(source 32\), model.head_dim=16 \(source 8\)"),
     (None, "model.num_layers", 2, r"model.num_layers=2 \(source 1\)"),
     (None, "position.base", 500.0, r"position.base=500.0 differs from the source run's 10000.0"),
