@@ -1,49 +1,55 @@
-r"""The extrapolation benchmark: tasks x position kinds x seeds, then one summary.
+r"""The decisive experiment: does bifocal attention extrapolate? Runs, summaries, report.
 
-  python benchmarks/extrapolation.py --preset cpu --out benchmarks/out/extrapolation
-  python benchmarks/extrapolation.py --preset cpu --out benchmarks/out/extrapolation --dry_run
-  python benchmarks/extrapolation.py --preset cpu --out benchmarks/out/extrapolation \
-      --summarize_only --plots_dir benchmarks/results --results_md RESULTS.md
-  python benchmarks/extrapolation.py --preset accelerator --out runs/extrapolation --jobs 4
+  python benchmarks/extrapolation.py --preset cpu --calibrate      # step budgets first
+  python benchmarks/extrapolation.py --preset cpu                  # the sweep (resumable)
+  python benchmarks/extrapolation.py --preset cpu --dry_run        # what is left to run
+  python benchmarks/extrapolation.py --preset cpu --summarize_only --results_md RESULTS.md
 
-Every run is two subprocesses in its own workdir `OUT/<task>/<kind>[_lr<lr>]/seed<seed>`:
-`train.py` (resumes from the latest checkpoint) then `eval.py` (writes
-`eval/results.json`). A subprocess per run isolates crashes. A run is done when
-its results exist for the final step with every split the preset asks for;
-re-running the sweep skips done runs and resumes partial ones, so a crash or a
-kill loses at most the run in flight (and only the steps since its last
-checkpoint). A failed run leaves `failed.txt` (command, exit status, stderr
-tail) in its workdir and the sweep goes on; the next invocation retries it.
+A run is one training (`train.py`) and one evaluation (`eval.py`), each a
+subprocess in the run's workdir `OUT/<task>/<arm>/<group>/seed<N>`. Once both
+finished, the run leaves a small JSON summary in the committed results
+directory, `benchmarks/results/runs/<preset>/<task>/<arm>/<group>/seed<N>.json`
+(`summary_of`: task, kind, arm, seed, steps, the config overrides, and per
+split its accuracy with a 95% interval over examples). A run whose summary
+exists is done, whatever machine ran it: a sweep started elsewhere skips it,
+and `--summarize_only` rebuilds every table and plot from the summaries alone
+(`extrapolation_report.py`). A crash or a kill loses at most the run in flight
+(its trainer resumes from its last checkpoint); a failed run leaves
+`failed.txt` in its workdir and the sweep goes on.
+
+Arms (how a run starts):
+  scratch      from initialisation, for the task's calibrated step budget;
+  surgery      the paper's protocol: the scratch `rope` run of the same seed,
+               converted by Surgical Integration (`config.init_from`) into
+               bifocal attention, then trained further with Spectral Evolution;
+  continue     its control: the same checkpoint trained the same further steps
+               as `rope` (same fresh optimizer and data);
+  sensitivity  bifocal under other settings (spectral learning rate, frozen
+               then released spectra, rotary base; `rope` at the other bases).
+
+Budgets (`--calibrate`): for each task, `rope` (seed 0) trains up to the
+preset's `max_steps`, evaluated on `valid` every `interval` steps; the task's
+budget is the first evaluated step whose valid token accuracy reaches
+`LEARNED`. A task that never reaches it is reported as not learned at this
+budget and none of its other runs are made. Budgets go to `budgets.json`
+beside the summaries.
 
 SIGTERM/SIGINT to the sweep are passed on to the runs in flight (the trainer
-saves a checkpoint and exits), then the sweep stops. `--jobs N` runs N at a
-time (1 on a 2-core machine: each run uses every core it gets). The sweep's PID goes to
-`OUT/sweep.pid`; start it with `setsid` so that `kill -STOP -PID` /
-`kill -CONT -PID` pause and resume the sweep and its subprocess together.
-
-Then `summarize`: per task, one markdown table of token accuracy (mean +- std
-over the finished seeds) in distribution (`valid`) and on each out-of-distribution
-split (`test_length`, `test_depth`, and for Dyck the published files of Yao et
-al. 2021), the final training loss and the CHE score; for Dyck also Yao et al.'s
-closing-bracket accuracy; for spectral kinds the learned spectrum's drift and
-harmonic fit. Plots: accuracy against depth and against length per kind
-(seed means), one PNG per task. With `--results_md`, the generated block of that
-file (between the BEGIN/END markers) is replaced; the text around it is kept.
-
-Presets: `smoke` (tiny configs, 2 kinds, 1 seed: the test), `cpu` (about two
-hours on a quiet 2-core machine), `accelerator` (the Chomsky-hierarchy protocol
-of Deletang et al. 2023: 5 layers, width 64, lengths 1..40 to train, 41..500 to
-test, several seeds and learning rates).
+saves and exits), then the sweep stops. Its PID is in `OUT/sweep.pid`; start it
+with `setsid` so that `kill -STOP -PID` / `kill -CONT -PID` pause and resume
+it with its subprocesses. Subprocesses run at `nice` 10.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
+import datetime
 import fcntl
 import json
-import math
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -57,10 +63,23 @@ from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PUBLISHED_DIR = os.path.normpath(os.path.join(REPO, "..", "shared", "external", "dyck-yao2021"))
-BEGIN_MARK = "<!-- BEGIN extrapolation summary (generated by benchmarks/extrapolation.py) -->"
-END_MARK = "<!-- END extrapolation summary -->"
+RESULTS_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
 FAILED_FILE = "failed.txt"
-STDERR_TAIL_LINES = 40
+BUDGETS_FILE = "budgets.json"
+LEARNED = 0.9  # valid token accuracy at which a task counts as learned in distribution
+TAIL_LINES = 40
+
+# Position kinds as the sweep names them: config overrides of each.
+KINDS = {
+    "nope": {"position.kind": "nope"},
+    "rope": {"position.kind": "rope"},
+    "randomized_rope": {"position.kind": "randomized_rope"},
+    "alibi": {"position.kind": "alibi"},
+    "spectral": {"position.kind": "spectral"},
+    "bifocal_heads": {"position.kind": "bifocal", "position.split": "heads"},
+    "bifocal_pairs": {"position.kind": "bifocal", "position.split": "pairs"},
+}
+SPECTRAL_KINDS = ("spectral", "bifocal_heads", "bifocal_pairs")
 
 
 # ----------------------------------------------------------------------------
@@ -69,138 +88,184 @@ STDERR_TAIL_LINES = 40
 
 
 @dataclasses.dataclass(frozen=True)
-class TaskSpec:
-  """One task of a preset: its config file, overrides, and how it is evaluated.
+class OfSteps:
+  """A setting's value as a fraction of the run's steps (e.g. freeze for half)."""
+  fraction: float
 
-  `overrides`: `((config key, value), ...)` passed as `--config.KEY=VALUE`.
-  `eval_examples`: cap on the examples per task split (None: whole splits).
+  def __str__(self) -> str:
+    return f"{self.fraction:g}_of_steps"
+
+  def resolve(self, steps: int) -> int:
+    return int(steps * self.fraction)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+  """One task of a preset: its config, its calibration, and how it is evaluated.
+
+  `overrides`: `((config key, value), ...)` for every run of the task.
+  `max_steps`, `interval`: the calibration's longest run and evaluation interval.
+  `eval_args`: extra `eval.py` flags (e.g. `--num_examples=2000`).
   `published`: `((file name in PUBLISHED_DIR, max lines or None), ...)`: Dyck
   files to score on; a capped file is an evenly spaced subset of its lines.
   """
   name: str
-  variant: str = ""
-  overrides: tuple[tuple[str, object], ...] = ()
   splits: tuple[str, ...] = ("valid", "test_length")
-  eval_examples: int | None = None
+  overrides: tuple[tuple[str, object], ...] = ()
+  max_steps: int = 3000
+  interval: int = 250
+  eval_args: tuple[str, ...] = ()
   published: tuple[tuple[str, int | None], ...] = ()
+  variant: str = ""
 
   @property
   def config(self) -> str:
     path = os.path.join("configs", f"{self.name}.py")
     return f"{path}:{self.variant}" if self.variant else path
 
-
-@dataclasses.dataclass(frozen=True)
-class Preset:
-  tasks: tuple[TaskSpec, ...]
-  kinds: tuple[str, ...]
-  seeds: tuple[int, ...]
-  learning_rates: tuple[float | None, ...] = (None,)  # None: the config's own
-
-  def runs(self) -> list["Run"]:
-    """Seed-major, then kind, then task: a sweep stopped early has whole seeds, and
-    the first kinds listed (put the key comparison first) on every task."""
-    return [Run(task, kind, seed, lr) for seed in self.seeds for lr in self.learning_rates
-            for kind in self.kinds for task in self.tasks]
+  @property
+  def split_names(self) -> tuple[str, ...]:
+    return self.splits + tuple(f for f, _ in self.published)
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
+  """One run: `kind` on `task` with `seed`, started as `arm` says.
+
+  `setting`: `((config key, value), ...)` on top of the task's and kind's
+  overrides, named by `label` (sensitivity settings); `fraction`: for
+  surgery/continue, the further steps as a fraction of the budget.
+  """
   task: TaskSpec
   kind: str
   seed: int
-  learning_rate: float | None = None
+  arm: str = "scratch"
+  setting: tuple[tuple[str, object], ...] = ()
+  label: str = ""
+  fraction: float = 0.5
 
   @property
   def group(self) -> str:
-    """The row of the summary: the kind, and the learning rate when the preset sweeps it."""
-    return self.kind if self.learning_rate is None else f"{self.kind}_lr{self.learning_rate:g}"
+    return f"{self.kind}_{self.label}" if self.label else self.kind
 
   @property
   def name(self) -> str:
-    return f"{self.task.name}/{self.group}/seed{self.seed}"
-
-  @property
-  def split_names(self) -> tuple[str, ...]:
-    return self.task.splits + tuple(f for f, _ in self.task.published)
+    return f"{self.task.name}/{self.arm}/{self.group}/seed{self.seed}"
 
   def workdir(self, out: str) -> str:
-    return os.path.join(out, self.task.name, self.group, f"seed{self.seed}")
+    return os.path.join(out, self.name)
 
-  def train_command(self, out: str) -> list[str]:
-    overrides = dict(self.task.overrides, **{"position.kind": self.kind, "seed": self.seed,
-                                             "progress_bar": False})
-    if self.learning_rate is not None:
-      overrides["learning_rate"] = self.learning_rate
+  def source(self) -> Run | None:
+    """The scratch `rope` run a surgery or continue run starts from."""
+    if self.arm not in ("surgery", "continue"):
+      return None
+    return Run(self.task, "rope", self.seed)
+
+  def steps(self, budget: int) -> int:
+    return max(1, int(round(budget * self.fraction))) if self.source() else budget
+
+  def overrides(self, out: str, budget: int) -> dict:
+    o = dict(self.task.overrides)
+    o.update(KINDS[self.kind])
+    o.update(seed=self.seed, steps=self.steps(budget), progress_bar=False)
+    o.update({k: v.resolve(o["steps"]) if isinstance(v, OfSteps) else v
+              for k, v in self.setting})
+    if self.source() is not None:
+      o["init_from"] = self.source().workdir(out)
+    return o
+
+  def train_command(self, out: str, budget: int) -> list[str]:
     return [sys.executable, os.path.join(REPO, "train.py"), f"--config={self.task.config}",
-            f"--workdir={self.workdir(out)}"] + [f"--config.{k}={v}" for k, v in overrides.items()]
+            f"--workdir={self.workdir(out)}"] + [
+                f"--config.{k}={v}" for k, v in self.overrides(out, budget).items()]
 
   def eval_command(self, out: str) -> list[str]:
     command = [sys.executable, os.path.join(REPO, "eval.py"), f"--workdir={self.workdir(out)}",
-               f"--splits={','.join(self.task.splits)}"]
-    if self.task.eval_examples is not None:
-      command.append(f"--num_examples={self.task.eval_examples}")
+               f"--splits={','.join(self.task.splits)}", *self.task.eval_args]
     for file_name, max_lines in self.task.published:
       command.append(f"--dyck_file={published_file(out, file_name, max_lines)}")
-    if self.kind in ("spectral", "bifocal"):
+    if self.kind in SPECTRAL_KINDS:
       command.append("--spectrum")
     return command
 
 
+@dataclasses.dataclass(frozen=True)
+class Preset:
+  """Tasks (in priority order) x kinds x seeds, plus the protocol and sensitivity arms."""
+  tasks: tuple[TaskSpec, ...]
+  kinds: tuple[str, ...]
+  seeds: tuple[int, ...]
+  protocol_tasks: tuple[str, ...] = ()   # tasks with the surgery and continue arms
+  sensitivity: tuple[tuple[str, str, tuple[tuple[str, object], ...]], ...] = ()
+  sensitivity_task: str = "dyck"         # (kind, label, setting) runs on this task
+
+  def calibration_runs(self) -> list[Run]:
+    return [Run(task, "rope", 0, arm="calibration") for task in self.tasks]
+
+  def runs(self) -> list[Run]:
+    """Task by task in priority order, seed-major within each: a sweep stopped
+    early has whole seeds of the first tasks (paired comparisons need them)."""
+    out = []
+    for task in self.tasks:
+      for seed in self.seeds:
+        out += [Run(task, kind, seed) for kind in self.kinds]
+      if task.name in self.protocol_tasks:
+        out += [Run(task, kind, seed, arm=arm) for seed in self.seeds
+                for arm, kind in (("surgery", "bifocal_heads"), ("continue", "rope"))]
+    by_name = {t.name: t for t in self.tasks}
+    if self.sensitivity:
+      task = by_name[self.sensitivity_task]
+      out += [Run(task, kind, seed, arm="sensitivity", setting=setting, label=label)
+              for seed in self.seeds for kind, label, setting in self.sensitivity]
+    return out
+
+
+def _cpu_model(**extra) -> tuple[tuple[str, object], ...]:
+  """What the cpu preset relies on, pinned: config defaults may move under a sweep."""
+  pinned = {"model.num_layers": 2, "model.d_model": 64, "model.num_heads": 4,
+            "model.mlp_dim": -1, "batch_size": 32, "learning_rate": 3e-3, "warmup_steps": 50,
+            "spectral.learning_rate": 1e-2, "checkpoint_every": 250, "eval_every": 250,
+            "eval_examples": 512, "log_every": 50}
+  pinned.update(extra)
+  return tuple(pinned.items())
+
+
 _DYCK_SPLITS = ("valid", "test_length", "test_depth")
-_ARITHMETIC_SPLITS = ("valid", "test_length", "test_depth")
-
-
-def _cpu_run(steps: int) -> tuple[tuple[str, object], ...]:
-  """Everything the cpu preset relies on, pinned: config defaults may move under a sweep."""
-  return (("model.num_layers", 2), ("model.d_model", 64), ("model.num_heads", 4),
-          ("model.mlp_dim", -1), ("batch_size", 32), ("spectral.learning_rate", 1e-2),
-          ("steps", steps), ("learning_rate", 3e-3), ("warmup_steps", 50),
-          ("checkpoint_every", 200), ("eval_every", 400), ("eval_examples", 256))
-
+# The Chomsky-hierarchy tasks a 2-layer transformer may learn in distribution
+# at these budgets (calibration decides; the unlearned are reported, not run).
+_CHE_TASKS = ("reverse_string", "duplicate_string", "odds_first", "missing_duplicate_string",
+              "cycle_navigation", "even_pairs", "bucket_sort", "stack_manipulation",
+              "modular_arithmetic", "parity_check")
+_SENSITIVITY = (
+    ("bifocal_heads", "slr1e-3", (("spectral.learning_rate", 1e-3),)),
+    ("bifocal_heads", "slr1e-1", (("spectral.learning_rate", 1e-1),)),
+    ("bifocal_heads", "frozen_half", (("spectral.freeze_steps", OfSteps(0.5)),)),
+    ("bifocal_heads", "base1e3", (("position.base", 1000.0),)),
+    ("rope", "base1e3", (("position.base", 1000.0),)),
+    ("bifocal_heads", "base1e5", (("position.base", 100000.0),)),
+    ("rope", "base1e5", (("position.base", 100000.0),)),
+)
 
 PRESETS = {
-    # The test: seconds of training per run.
+    # The test: seconds per run.
     "smoke": Preset(
-        tasks=(TaskSpec("dyck", "tiny", splits=_DYCK_SPLITS, eval_examples=32,
-                        published=(("k8_m10.test", 4),)),),
-        kinds=("rope", "bifocal"), seeds=(0,)),
-    # About two to two and a half hours on a quiet 2-core CPU (30 runs: Dyck
-    # ~4 minutes each, modular arithmetic ~1, odds_first ~9). Measured at load ~10 on
-    # the 2 cores: 0.30 CPU-seconds per Dyck or odds_first train step (batch
-    # 32, length <= 99), i.e. ~0.25 s per step alone; modular arithmetic
-    # steps are ~5x cheaper; evaluation ~1 minute per Dyck run. Models: the
-    # CPU-sized configs (2 layers, width 64, 4 heads), learning rate 3e-3.
-    # Steps per task, from the first runs: Dyck reaches 0.95 valid token
-    # accuracy at 800 steps; odds_first only 0.67 at 800 (still rising
-    # slowly), hence 2,000; modular arithmetic stays at ~0.33 (chance 0.20,
-    # only short expressions right) after 800 steps at 3e-3 and 1,700 at 1e-3, so it keeps the cheap
-    # 800: this model does not learn it (see RESULTS.md). The published
-    # files are capped (evenly spaced lines): a 5,000-token k8_m20 string
-    # costs seconds on CPU.
+        tasks=(TaskSpec("dyck", _DYCK_SPLITS, variant="tiny", max_steps=20, interval=10,
+                        overrides=(("eval_examples", 32),),
+                        eval_args=("--num_examples=32",), published=(("k8_m10.test", 4),)),),
+        kinds=("rope", "bifocal_heads"), seeds=(0,), protocol_tasks=("dyck",),
+        sensitivity=(("bifocal_heads", "slr1e-1", (("spectral.learning_rate", 1e-1),)),)),
+    # This 2-core CPU: Dyck, our depth-controlled arithmetic and the
+    # Chomsky-hierarchy tasks the calibration finds learned; 7 kinds x 5 seeds.
     "cpu": Preset(
         tasks=(
-            TaskSpec("dyck", splits=_DYCK_SPLITS, eval_examples=256, overrides=_cpu_run(800),
-                     published=(("k8_m5.test", 200), ("k8_m10.test", 64), ("k8_m20.test", 16))),
-            TaskSpec("modular_arithmetic_brackets", splits=_ARITHMETIC_SPLITS,
-                     eval_examples=256, overrides=_cpu_run(800)),
-            TaskSpec("odds_first", eval_examples=256, overrides=_cpu_run(2000)),
+            TaskSpec("dyck", _DYCK_SPLITS, overrides=_cpu_model(), max_steps=2000,
+                     published=(("k8_m5.test", 400), ("k8_m10.test", 100), ("k8_m20.test", 25))),
+            TaskSpec("modular_arithmetic_brackets_depth", _DYCK_SPLITS,
+                     overrides=_cpu_model(), max_steps=3000),
+            *(TaskSpec(name, overrides=_cpu_model(), max_steps=3000) for name in _CHE_TASKS),
         ),
-        kinds=("rope", "bifocal", "spectral", "randomized_rope", "nope"), seeds=(0, 1)),
-    # Deletang et al. 2023: 5 layers, width 64, 8 heads, batch 128, train
-    # lengths 1..40, test 41..500 (the `paper` variants); 3 learning rates x 3 seeds.
-    "accelerator": Preset(
-        tasks=(
-            TaskSpec("dyck", "paper", splits=_DYCK_SPLITS,
-                     published=(("k8_m5.test", None), ("k8_m10.test", None),
-                                ("k8_m20.test", None))),
-            TaskSpec("modular_arithmetic_brackets", "paper", splits=_ARITHMETIC_SPLITS),
-            *(TaskSpec(name, "paper") for name in (
-                "odds_first", "parity_check", "cycle_navigation", "reverse_string",
-                "missing_duplicate_string", "stack_manipulation")),
-        ),
-        kinds=("nope", "rope", "partial_rope", "randomized_rope", "alibi", "spectral", "bifocal"),
-        seeds=(0, 1, 2), learning_rates=(1e-4, 3e-4, 1e-3)),
+        kinds=tuple(KINDS), seeds=(0, 1, 2, 3, 4),
+        protocol_tasks=("dyck", "modular_arithmetic_brackets_depth"), sensitivity=_SENSITIVITY),
 }
 
 
@@ -222,15 +287,12 @@ def published_file(out: str, file_name: str, max_lines: int | None) -> str:
       lines = [line for line in f if line.strip()]
     keep = np.unique(np.linspace(0, len(lines) - 1, min(max_lines, len(lines))).astype(int))
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # runs may share it (--jobs)
-    with open(tmp, "w") as f:
-      f.writelines(lines[i] for i in keep)
-    os.replace(tmp, path)
+    _write_atomically(path, "".join(lines[i] for i in keep))
   return path
 
 
 # ----------------------------------------------------------------------------
-# Run state.
+# Run state and summaries.
 # ----------------------------------------------------------------------------
 
 
@@ -242,46 +304,108 @@ def _read_json(path: str):
     return None
 
 
-def target_steps(workdir: str) -> int | None:
-  """The steps the run trains for (from the config.json the trainer wrote)."""
-  config = _read_json(os.path.join(workdir, "config.json"))
-  return None if config is None else config.get("steps")
+def _write_atomically(path: str, text: str) -> None:
+  tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # runs may share it (--jobs)
+  with open(tmp, "w") as f:
+    f.write(text)
+  os.replace(tmp, path)
 
 
 def trained(workdir: str) -> bool:
   """Whether the final checkpoint exists (a preempted trainer also exits 0)."""
-  steps = target_steps(workdir)
+  config = _read_json(os.path.join(workdir, "config.json"))
+  steps = None if config is None else config.get("steps")
   return steps is not None and os.path.isdir(os.path.join(workdir, "checkpoints", str(steps)))
 
 
-def run_results(run: Run, out: str) -> dict | None:
-  """The run's results if it is done: final step, every split the preset asks for."""
-  workdir = run.workdir(out)
-  results = _read_json(os.path.join(workdir, "eval", "results.json"))
-  if results is None or results.get("step") != target_steps(workdir):
-    return None
-  if not all(name in results.get("splits", {}) for name in run.split_names):
-    return None
-  return results
-
-
-def final_loss(workdir: str) -> float | None:
-  """The training loss of the last logged window (`metrics.jsonl`)."""
-  loss = None
+def read_metrics(workdir: str) -> list[dict]:
+  records = []
   try:
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
       for line in f:
         try:
-          loss = json.loads(line).get("loss", loss)
+          records.append(json.loads(line))
         except json.JSONDecodeError:
           continue  # a line cut by a kill
   except OSError:
+    pass
+  return records
+
+
+def summary_path(results_dir: str, run: Run) -> str:
+  return os.path.join(results_dir, run.name + ".json")
+
+
+def _split_summary(r: dict) -> dict:
+  ci = r.get("ci95", {})
+  out = dict(accuracy=r["token_accuracy"], ci95=ci.get("token_accuracy"),
+             sequence_accuracy=r["sequence_accuracy"], examples=r["examples"],
+             che_score=r.get("che_score"), che_ci95=ci.get("che_score"),
+             by_length=r["by_length"], by_depth=r["by_depth"])
+  if "close_accuracy" in r:
+    out.update(close_accuracy=r["close_accuracy"], close_ci95=ci.get("close_accuracy"))
+  return out
+
+
+def summary_of(run: Run, out: str, budget: int, seconds: float) -> dict | None:
+  """The committed record of a finished run; None unless its evaluation is
+  complete (the final step, every split the task asks for)."""
+  workdir = run.workdir(out)
+  config = _read_json(os.path.join(workdir, "config.json")) or {}
+  results = _read_json(os.path.join(workdir, "eval", "results.json"))
+  if (results is None or results.get("step") != config.get("steps")
+      or not all(name in results.get("splits", {}) for name in run.task.split_names)):
     return None
-  return loss
+  losses = [r["loss"] for r in read_metrics(workdir) if "loss" in r]
+  spectrum = results.get("spectrum") or {}
+  summary = dict(
+      task=run.task.name, kind=run.kind, arm=run.arm, group=run.group, seed=run.seed,
+      steps=config["steps"], budget=budget, config=run.task.config,
+      overrides={k: v for k, v in run.overrides(out, budget).items()
+                 if k not in ("init_from", "progress_bar")},
+      source=run.source().name if run.source() else None,
+      final_train_loss=losses[-1] if losses else None,
+      splits={name: _split_summary(results["splits"][name]) for name in run.task.split_names},
+      seconds=round(seconds, 1), date=datetime.datetime.now(datetime.timezone.utc).strftime(
+          "%Y-%m-%d %H:%M UTC"), machine=f"{platform.node()} ({os.cpu_count()} cores)",
+      commit=_git_commit())
+  if spectrum.get("heads"):
+    summary["spectrum"] = dict(
+        drift=spectrum["drift"], max_drift=spectrum["max_drift"],
+        harmonic_score=float(np.mean([h["fit"]["score"] for h in spectrum["heads"]])),
+        fraction_explained=float(np.mean([h["fit"]["fraction_explained"]
+                                          for h in spectrum["heads"]])),
+        geometric_score=spectrum["geometric_fit"]["score"],
+        final=[h["frequencies"] for h in spectrum["heads"]])
+  return summary
+
+
+def _git_commit() -> str | None:
+  try:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
+                          capture_output=True, timeout=10).stdout.strip() or None
+  except (OSError, subprocess.SubprocessError):
+    return None
+
+
+def load_budgets(results_dir: str) -> dict:
+  return _read_json(os.path.join(results_dir, BUDGETS_FILE)) or {}
+
+
+def calibration_record(task: TaskSpec, workdir: str) -> dict | None:
+  """`{max_steps, interval, curve, budget}` of a finished calibration run
+  (`budget` None: not learned within `max_steps`)."""
+  if not trained(workdir):
+    return None
+  curve = [[r["step"], r["valid_token_accuracy"]] for r in read_metrics(workdir)
+           if "valid_token_accuracy" in r]
+  reached = [step for step, accuracy in curve if accuracy >= LEARNED]
+  return dict(max_steps=task.max_steps, interval=task.interval, curve=curve,
+              budget=reached[0] if reached else None)
 
 
 # ----------------------------------------------------------------------------
-# The sweep.
+# Executing runs.
 # ----------------------------------------------------------------------------
 
 
@@ -309,280 +433,158 @@ class _Stop:
 
 
 def _execute(command: list[str], log_path: str, stop: _Stop) -> tuple[int, str]:
-  """Runs `command` from the repo root, output appended to `log_path`; (status, log tail)."""
+  """Runs `command` from the repo root at lower priority, output appended to
+  `log_path`; (status, log tail)."""
   with open(log_path, "a") as log:
     log.write(f"\n$ {' '.join(command)}  # {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     log.flush()
-    child = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    child = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                             preexec_fn=lambda: os.nice(10))
     stop.children.add(child)
     try:
       status = child.wait()
     finally:
       stop.children.discard(child)
   with open(log_path) as f:
-    tail = f.readlines()[-STDERR_TAIL_LINES:]
+    tail = f.readlines()[-TAIL_LINES:]
   return status, "".join(tail)
 
 
-def run_one(run: Run, out: str, stop: _Stop, log: Callable[[str], None]) -> str:
-  """Trains (unless the final checkpoint exists) and evaluates one run.
+def _stages(run: Run, out: str, budget: int, *, evaluate: bool) -> list[tuple[str, Run, list]]:
+  """What is left to do for `run`: its source's training, its training, its evaluation."""
+  stages = []
+  source = run.source()
+  if source is not None and not trained(source.workdir(out)):
+    stages.append(("train", source, source.train_command(out, budget)))
+  if not trained(run.workdir(out)):
+    stages.append(("train", run, run.train_command(out, budget)))
+  if evaluate:
+    stages.append(("eval", run, run.eval_command(out)))
+  return stages
 
-  Returns "done", "failed" (with `failed.txt` written) or "stopped" (a signal).
-  """
-  workdir = run.workdir(out)
-  os.makedirs(workdir, exist_ok=True)
-  failed_path = os.path.join(workdir, FAILED_FILE)
-  stages = [("eval", run.eval_command(out))]
-  if not trained(workdir):
-    stages.insert(0, ("train", run.train_command(out)))
-  for stage, command in stages:
-    status, tail = _execute(command, os.path.join(workdir, f"{stage}.log"), stop)
+
+# One trainer per workdir at a time: with --jobs, a surgery and a continue run
+# of one seed may both need their (shared) source trained.
+_WORKDIR_LOCKS = collections.defaultdict(threading.Lock)
+
+
+def execute(run: Run, out: str, budget: int, stop: _Stop, log: Callable[[str], None], *,
+            evaluate: bool = True) -> str:
+  """Trains (the source first, if any) and evaluates one run: "done", "failed"
+  (with `failed.txt` in its workdir) or "stopped" (a signal)."""
+  failed_path = os.path.join(run.workdir(out), FAILED_FILE)
+  for stage, who, command in _stages(run, out, budget, evaluate=evaluate):
+    os.makedirs(who.workdir(out), exist_ok=True)
+    with _WORKDIR_LOCKS[who.workdir(out)]:
+      if stage == "train" and trained(who.workdir(out)):
+        continue  # trained meanwhile by another job
+      status, tail = _execute(command, os.path.join(who.workdir(out), f"{stage}.log"), stop)
     if stop.signal is not None:
       return "stopped"
     if status != 0:
       why = f"exit status {status}"
-    elif stage == "train" and not trained(workdir):
+    elif stage == "train" and not trained(who.workdir(out)):
       why = "exited 0 without its final checkpoint (preempted?)"
-    elif stage == "eval" and run_results(run, out) is None:
-      why = "exited 0 but the results lack a split or the final step"
     else:
       continue
+    os.makedirs(run.workdir(out), exist_ok=True)
     with open(failed_path, "w") as f:
-      f.write(f"stage: {stage}\n{why}\ncommand: {' '.join(command)}\n"
+      f.write(f"stage: {stage} of {who.name}\n{why}\ncommand: {' '.join(command)}\n"
               f"time: {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n{tail}")
-    log(f"FAILED {run.name} ({stage}: {why}): see {failed_path}")
+    log(f"FAILED {run.name} ({stage} of {who.name}: {why}): see {failed_path}")
     return "failed"
   if os.path.exists(failed_path):
     os.remove(failed_path)
   return "done"
 
 
-def sweep(runs: Sequence[Run], out: str, *, jobs: int = 1,
-          log: Callable[[str], None] = print) -> dict[str, str]:
-  """Runs what is not done yet, `jobs` runs at a time; returns {run name: status}.
+class Sweep:
+  """The runs of a preset in `out`, their summaries in `results_dir`."""
 
-  Status: "done" (now), "skipped" (done before), "failed", "stopped" (a signal;
-  runs not started by then are left out).
-  """
-  if jobs < 1:
-    raise ValueError(f"jobs={jobs}: must be >= 1")
-  os.makedirs(out, exist_ok=True)
-  lock = open(os.path.join(out, "sweep.lock"), "w")
-  try:
-    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-  except BlockingIOError:
-    lock.close()
-    raise ValueError(f"out={out!r}: another sweep is running there "
-                     f"(pid in {os.path.join(out, 'sweep.pid')})") from None
-  with open(os.path.join(out, "sweep.pid"), "w") as f:
-    f.write(f"{os.getpid()}\n")
-  statuses = {run.name: "skipped" for run in runs if run_results(run, out) is not None}
-  todo = [(i, run) for i, run in enumerate(runs) if run.name not in statuses]
+  def __init__(self, preset: Preset, out: str, results_dir: str, *,
+               log: Callable[[str], None] = print):
+    self.preset, self.out, self.results_dir, self.log = preset, out, results_dir, log
 
-  def work(item):
-    i, run = item
-    if stop.signal is not None:
-      return run.name, None
-    log(f"[{i + 1}/{len(runs)}] {run.name}  {time.strftime('%H:%M:%S')}")
-    start = time.time()
-    status = run_one(run, out, stop, log)
-    log(f"[{i + 1}/{len(runs)}] {run.name}: {status} in {time.time() - start:.0f}s")
-    return run.name, status
+  def budget(self, task: TaskSpec) -> int | None:
+    """The task's calibrated budget; None if uncalibrated or not learned."""
+    return (load_budgets(self.results_dir).get(task.name) or {}).get("budget")
 
-  try:
-    with _Stop() as stop, concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-      for name, status in pool.map(work, todo):
-        if status is not None:
-          statuses[name] = status
-  finally:
-    lock.close()
-  return statuses
+  def done(self, run: Run) -> bool:
+    return os.path.exists(summary_path(self.results_dir, run))
 
+  def pending(self) -> list[Run]:
+    """Runs without a summary whose task has a budget (calibrated and learned)."""
+    return [r for r in self.preset.runs() if not self.done(r) and self.budget(r.task)]
 
-# ----------------------------------------------------------------------------
-# The summary.
-# ----------------------------------------------------------------------------
+  def calibrate(self, *, jobs: int = 1) -> dict:
+    """Trains the calibration runs not yet recorded; returns the budgets."""
+    budgets = load_budgets(self.results_dir)
+    todo = [r for r in self.preset.calibration_runs() if r.task.name not in budgets]
 
+    def one(run, stop):
+      overrides = (("steps", run.task.max_steps), ("eval_every", run.task.interval),
+                   ("checkpoint_every", run.task.interval))
+      run = dataclasses.replace(run, setting=overrides)
+      status = execute(run, self.out, run.task.max_steps, stop, self.log, evaluate=False)
+      record = calibration_record(run.task, run.workdir(self.out))
+      if status == "done" and record is not None:
+        with _BUDGETS_LOCK:
+          budgets = load_budgets(self.results_dir)
+          budgets[run.task.name] = record
+          os.makedirs(self.results_dir, exist_ok=True)
+          _write_atomically(os.path.join(self.results_dir, BUDGETS_FILE),
+                            json.dumps(budgets, indent=1, sort_keys=True))
+        self.log(f"calibrated {run.task.name}: budget {record['budget']}")
+      return status
 
-def _mean_std(values: Sequence[float]) -> str:
-  values = [v for v in values if v is not None]
-  if not values:
-    return "-"
-  if len(values) == 1:
-    return f"{values[0]:.3f}"
-  return f"{np.mean(values):.3f} ± {np.std(values):.3f}"
+    self._map(one, todo, jobs)
+    return load_budgets(self.results_dir)
 
+  def run(self, *, jobs: int = 1) -> dict[str, str]:
+    """Runs what is pending, `jobs` at a time; returns {run name: status}."""
+    todo = self.pending()
+    total = len(todo)
 
-def collect(preset: Preset, out: str) -> dict[str, dict[str, list[tuple[Run, dict]]]]:
-  """{task: {group: [(run, results) of the done seeds]}}, every group of the preset listed."""
-  table: dict[str, dict[str, list]] = {}
-  for run in preset.runs():
-    group = table.setdefault(run.task.name, {}).setdefault(run.group, [])
-    results = run_results(run, out)
-    if results is not None:
-      group.append((run, results))
-  return table
+    def one(run, stop):
+      budget = self.budget(run.task)
+      start = time.time()
+      self.log(f"[{todo.index(run) + 1}/{total}] {run.name}  {time.strftime('%H:%M:%S')}")
+      status = execute(run, self.out, budget, stop, self.log)
+      if status == "done":
+        summary = summary_of(run, self.out, budget, time.time() - start)
+        if summary is None:
+          status = "failed"
+          self.log(f"FAILED {run.name}: its results lack a split or the final step")
+        else:
+          path = summary_path(self.results_dir, run)
+          os.makedirs(os.path.dirname(path), exist_ok=True)
+          _write_atomically(path, json.dumps(summary, indent=1))
+      self.log(f"{run.name}: {status} in {time.time() - start:.0f}s")
+      return status
 
+    return dict(zip((r.name for r in todo), self._map(one, todo, jobs)))
 
-def task_tables(task: TaskSpec, groups: dict[str, list[tuple[Run, dict]]], seeds: int,
-                out: str) -> str:
-  """The markdown tables of one task: token accuracy; Dyck close accuracy; spectra."""
-  splits = task.splits + tuple(f for f, _ in task.published)
-  header = ["position", "seeds", "final train loss", *splits, "CHE"]
-  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  for group, done in groups.items():
-    cells = [group, f"{len(done)}/{seeds}",
-             _mean_std([final_loss(r.workdir(out)) for r, _ in done])]
-    cells += [_mean_std([res["splits"][s]["token_accuracy"] for _, res in done]) for s in splits]
-    cells.append(_mean_std([res["che_score"] for _, res in done]))
-    lines.append("| " + " | ".join(cells) + " |")
-  text = ["\n".join(lines)]
-  if task.name == "dyck":
-    header = ["position", *splits]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for group, done in groups.items():
-      cells = [group] + [_mean_std([res["splits"][s].get("close_accuracy") for _, res in done])
-                         for s in splits]
-      lines.append("| " + " | ".join(cells) + " |")
-    text.append("Closing-bracket accuracy of Yao et al. 2021 (p(correct close) / p(any close) "
-                "> 0.8, over positions with an open bracket):\n\n" + "\n".join(lines))
-  spectral = {g: d for g, d in groups.items()
-              if d and any(res.get("spectrum", {}).get("heads") for _, res in d)}
-  if spectral:
-    header = ["position", "mean abs log drift", "max abs log drift", "harmonic score (learned)",
-              "explained (learned)", "harmonic score (geometric start)"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for group, done in spectral.items():
-      spectra = [res["spectrum"] for _, res in done if res.get("spectrum", {}).get("heads")]
-      lines.append("| " + " | ".join([
-          group,
-          _mean_std([s["drift"] for s in spectra]),
-          _mean_std([s["max_drift"] for s in spectra]),
-          _mean_std([np.mean([h["fit"]["score"] for h in s["heads"]]) for s in spectra]),
-          _mean_std([np.mean([h["fit"]["fraction_explained"] for h in s["heads"]])
-                     for s in spectra]),
-          _mean_std([s["geometric_fit"]["score"] for s in spectra])]) + " |")
-    text.append("Learned spectra (`eval.py --spectrum`; per run the mean over its spectral "
-                "heads of the harmonic fit, then mean ± std over seeds):\n\n" + "\n".join(lines))
-  return "\n\n".join(text)
+  def _map(self, fn, runs: Sequence[Run], jobs: int) -> list[str | None]:
+    if jobs < 1:
+      raise ValueError(f"jobs={jobs}: must be >= 1")
+    os.makedirs(self.out, exist_ok=True)
+    lock = open(os.path.join(self.out, "sweep.lock"), "w")
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      lock.close()
+      raise ValueError(f"out={self.out!r}: another sweep is running there "
+                       f"(pid in {os.path.join(self.out, 'sweep.pid')})") from None
+    with open(os.path.join(self.out, "sweep.pid"), "w") as f:
+      f.write(f"{os.getpid()}\n")
+    try:
+      with _Stop() as stop, concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        return list(pool.map(lambda r: None if stop.signal else fn(r, stop), runs))
+    finally:
+      lock.close()
 
 
-def _seed_curves(done: list[tuple[Run, dict]], field: str, edges=None):
-  """Mean over seeds of per-seed accuracy by depth (or by length bin); (x, mean, std)."""
-  from bifocal_jax import evaluate  # pylint: disable=g-import-not-at-top
-  per_seed = []
-  for _, res in done:
-    counts = evaluate.pooled(res["splits"].values(), field)
-    if edges is None:
-      per_seed.append({k: c / t for k, (c, t) in counts.items()})
-    else:
-      per_seed.append({math.sqrt(lo * hi): a for lo, hi, a in evaluate.binned(counts, edges)})
-  xs = sorted(set().union(*per_seed)) if per_seed else []
-  means = [np.mean([s[x] for s in per_seed if x in s]) for x in xs]
-  stds = [np.std([s[x] for s in per_seed if x in s]) for x in xs]
-  return np.array(xs), np.array(means), np.array(stds)
-
-
-def plot_task(task_name: str, groups: dict[str, list[tuple[Run, dict]]], path: str) -> str | None:
-  """Accuracy against depth and against length, per kind (mean ± std over seeds)."""
-  groups = {g: d for g, d in groups.items() if d}
-  if not groups:
-    return None
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  longest = max(int(k) for d in groups.values() for _, res in d
-                for s in res["splits"].values() for k in s["by_length"])
-  edges = np.unique(np.round(np.geomspace(1, 2 * longest, 30))).tolist()
-  has_depth = any(len(s["by_depth"]) > 1 for d in groups.values() for _, res in d
-                  for s in res["splits"].values())
-  fig, axes = plt.subplots(1, 2 if has_depth else 1, figsize=(11 if has_depth else 6, 4),
-                           squeeze=False)
-  ax_length = axes[0, -1]
-  for group, done in groups.items():
-    label = f"{group} ({len(done)} seed{'s' * (len(done) > 1)})"
-    if has_depth:
-      x, m, s = _seed_curves(done, "by_depth")
-      axes[0, 0].errorbar(x, m, yerr=s, marker="o", ms=3, capsize=2, label=label)
-    x, m, s = _seed_curves(done, "by_length", edges)
-    ax_length.plot(x, m, marker="o", ms=3, label=label)
-    ax_length.fill_between(x, m - s, m + s, alpha=0.15)
-  if has_depth:
-    axes[0, 0].set_xlabel("nesting depth")
-  ax_length.set_xlabel("sequence length (tokens)")
-  ax_length.set_xscale("log")
-  for ax in axes[0]:
-    ax.set_ylabel("token accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-  axes[0, 0].legend(fontsize=7)
-  fig.suptitle(f"{task_name}: accuracy against depth and length (all evaluated splits pooled; "
-               "mean ± std over seeds)", fontsize=9)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  fig.savefig(path, dpi=90, bbox_inches="tight")
-  plt.close(fig)
-  return path
-
-
-def summarize(preset: Preset, out: str, *, plots_dir: str | None = None,
-              link_base: str | None = None) -> str:
-  """The markdown summary of whatever runs are done; writes OUT/summary.md and the plots.
-
-  `link_base`: directory the markdown's image links are relative to (default OUT).
-  """
-  plots_dir = plots_dir or os.path.join(out, "plots")
-  link_base = link_base or out
-  table = collect(preset, out)
-  specs = {t.name: t for t in preset.tasks}
-  total = len(preset.runs())
-  done = sum(len(d) for groups in table.values() for d in groups.values())
-  parts = [f"Runs done: {done} of {total} "
-           f"({len(preset.tasks)} tasks x {len(preset.kinds)} kinds x {len(preset.seeds)} seeds"
-           + (f" x {len(preset.learning_rates)} learning rates" if len(preset.learning_rates) > 1
-              else "") + ")."]
-  missing = [r.name for r in preset.runs() if run_results(r, out) is None]
-  if missing:
-    failed = [r.name for r in preset.runs()
-              if os.path.exists(os.path.join(r.workdir(out), FAILED_FILE))]
-    parts.append("Not done: " + ", ".join(f"`{m}`" for m in missing) + "."
-                 + (" Failed (see their `failed.txt`): " + ", ".join(f"`{f}`" for f in failed)
-                    + "." if failed else ""))
-  for name, groups in table.items():
-    task = specs[name]
-    section = [f"### {name}", "", f"Token accuracy (mean ± std over seeds); "
-               f"config `{task.config}`"
-               + (" with " + ", ".join(f"`{k}={v}`" for k, v in task.overrides)
-                  if task.overrides else "")
-               + (f"; at most {task.eval_examples} examples per task split"
-                  if task.eval_examples else "")
-               + ("; published files: " + ", ".join(
-                   f"`{f}` ({'all' if n is None else f'{n} evenly spaced'} lines)"
-                   for f, n in task.published) if task.published else "") + ".", "",
-               task_tables(task, groups, len(preset.seeds), out)]
-    png = plot_task(name, groups, os.path.join(plots_dir, f"extrapolation_{name}.png"))
-    if png:
-      section += ["", f"![{name}]({os.path.relpath(png, link_base)})"]
-    parts.append("\n".join(section))
-  markdown = "\n\n".join(parts) + "\n"
-  with open(os.path.join(out, "summary.md"), "w") as f:
-    f.write(markdown)
-  return markdown
-
-
-def replace_block(path: str, block: str) -> None:
-  """Replaces the generated block of `path` (appends one when the markers are absent)."""
-  text = ""
-  if os.path.exists(path):
-    with open(path) as f:
-      text = f.read()
-  generated = f"{BEGIN_MARK}\n{block.rstrip()}\n{END_MARK}"
-  if BEGIN_MARK in text and END_MARK in text:
-    head, rest = text.split(BEGIN_MARK, 1)
-    text = head + generated + rest.split(END_MARK, 1)[1]
-  else:
-    text = (text.rstrip() + "\n\n" if text else "") + generated + "\n"
-  with open(path, "w") as f:
-    f.write(text)
+_BUDGETS_LOCK = threading.Lock()
 
 
 # ----------------------------------------------------------------------------
@@ -590,13 +592,15 @@ def replace_block(path: str, block: str) -> None:
 # ----------------------------------------------------------------------------
 
 _PRESET = flags.DEFINE_enum("preset", None, list(PRESETS), "Which sweep.")
-_OUT = flags.DEFINE_string("out", "benchmarks/out/extrapolation", "Sweep directory.")
+_OUT = flags.DEFINE_string("out", "benchmarks/out/extrapolation", "Workdirs of the runs.")
+_RESULTS = flags.DEFINE_string(
+    "results", None, "Directory of the run summaries (default benchmarks/results/runs/PRESET).")
 _JOBS = flags.DEFINE_integer("jobs", 1, "Runs at a time (each run uses every core it can).")
-_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the commands of the runs not done; run nothing.")
-_SUMMARIZE_ONLY = flags.DEFINE_bool("summarize_only", False, "Only write the summary.")
-_PLOTS_DIR = flags.DEFINE_string("plots_dir", None, "Where the PNGs go (default OUT/plots).")
+_CALIBRATE = flags.DEFINE_bool("calibrate", False, "Calibrate the step budgets, then stop.")
+_DRY_RUN = flags.DEFINE_bool("dry_run", False, "List the runs left to do; run nothing.")
+_SUMMARIZE_ONLY = flags.DEFINE_bool("summarize_only", False, "Only write the report.")
 _RESULTS_MD = flags.DEFINE_string(
-    "results_md", None, "Markdown file whose generated block receives the summary.")
+    "results_md", None, "Markdown file whose generated block receives the report.")
 
 
 def main(argv):
@@ -604,28 +608,36 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   if _PRESET.value is None:
     raise app.UsageError(f"--preset is required (one of {list(PRESETS)})")
-  preset, out = PRESETS[_PRESET.value], os.path.abspath(_OUT.value)
-  runs = preset.runs()
+  import extrapolation_report  # pylint: disable=g-import-not-at-top
+  preset = PRESETS[_PRESET.value]
+  results_dir = os.path.abspath(_RESULTS.value or os.path.join(RESULTS_DIR, _PRESET.value))
+  sweep = Sweep(preset, os.path.abspath(_OUT.value), results_dir,
+                log=lambda m: print(m, flush=True))
   if _DRY_RUN.value:
-    for run in runs:
-      if run_results(run, out) is None:
-        print(" ".join(run.train_command(out)))
-        print(" ".join(run.eval_command(out)))
-    print(f"{sum(run_results(r, out) is None for r in runs)} of {len(runs)} runs to do")
+    budgets = load_budgets(results_dir)
+    uncalibrated = [t.name for t in preset.tasks if t.name not in budgets]
+    for run in sweep.pending():
+      print(run.name)
+    print(f"{len(sweep.pending())} runs to do; not calibrated: {uncalibrated or 'none'}")
+    return 0
+  if _CALIBRATE.value:
+    budgets = sweep.calibrate(jobs=_JOBS.value)
+    print(json.dumps({k: v["budget"] for k, v in budgets.items()}, indent=1))
     return 0
   if not _SUMMARIZE_ONLY.value:
-    statuses = sweep(runs, out, jobs=_JOBS.value, log=lambda m: print(m, flush=True))
-    counts = {s: list(statuses.values()).count(s) for s in sorted(set(statuses.values()))}
+    statuses = sweep.run(jobs=_JOBS.value)
+    counts = {s: list(statuses.values()).count(s) for s in sorted(set(map(str, statuses.values())))}
     print(f"sweep: {counts}", flush=True)
   link_base = os.path.dirname(os.path.abspath(_RESULTS_MD.value)) if _RESULTS_MD.value else None
-  markdown = summarize(preset, out, plots_dir=_PLOTS_DIR.value, link_base=link_base)
+  markdown = extrapolation_report.report(preset, results_dir, link_base=link_base)
   if _RESULTS_MD.value:
-    replace_block(_RESULTS_MD.value, markdown)
+    extrapolation_report.replace_block(_RESULTS_MD.value, markdown)
   print(markdown)
   return 0
 
 
 if __name__ == "__main__":
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
   try:
     sys.exit(app.run(main))
   except ValueError as e:
