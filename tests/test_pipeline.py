@@ -10,7 +10,7 @@ from etils import epath
 from bifocal_jax import tasks
 from bifocal_jax.tasks import pipeline
 
-FIELDS = ("inputs", "targets", "mask", "valid", "length", "depth", "index")
+FIELDS = ("inputs", "targets", "mask", "loss_mask", "valid", "length", "depth", "index")
 
 
 def small_dyck(train_size=1 << 20):
