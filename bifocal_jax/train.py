@@ -185,7 +185,9 @@ def make_train_step(s: Setup):
   def loss_fn(params, batch, rng):
     model = nnx.merge(s.graphdef, params, s.constants)
     logits = model(batch["inputs"], batch["valid"], rng=rng, train=True)
-    loss, weight = metrics_lib.masked_cross_entropy(logits, batch["targets"], batch["mask"])
+    # The loss covers `loss_mask` (for Chomsky tasks also the padding after END, as theirs).
+    loss, weight = metrics_lib.masked_cross_entropy(
+        logits, batch["targets"], batch.get("loss_mask", batch["mask"]))
     counts = metrics_lib.accuracy_counts(logits, batch["targets"], batch["mask"])
     return loss, (weight, counts)
 
@@ -274,8 +276,9 @@ def make_eval_step(s: Setup, *, close_ids=None):
 def to_global_batch(batch: dict, mesh) -> dict:
   """Each process's local batch -> one global array per field, on the mesh."""
   sharding = sharding_lib.batch_sharding(mesh)
-  fields = ("inputs", "targets", "mask", "valid")
-  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(batch[k])) for k in fields}
+  fields = ("inputs", "targets", "mask", "loss_mask", "valid")
+  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(batch[k]))
+          for k in fields if k in batch}
 
 
 def dyck_close_ids(task) -> tuple[int, ...] | None:
@@ -621,7 +624,7 @@ def _run(config, workdir, mesh, task, is_main, source_config):
     ds = pipeline.train_dataset(
         task, batch_size_per_process=local_batch, seed=config.seed, buckets=buckets,
         process_index=jax.process_index(), process_count=jax.process_count(),
-        start_step=start_step)
+        start_step=start_step, examples=config.data.examples, lengths=config.data.lengths)
     return iter(ds)
 
   start, window = 0, MetricsWindow()

@@ -176,3 +176,24 @@ def test_checkpoint_of_eight_devices_resumes_on_one(sharded_runs, bifocal_run, c
   assert [r["step"] for r in records] == list(range(1, 31))
   np.testing.assert_allclose(losses(records, range(21, 31)),
                              losses(helpers.read_metrics(bifocal_run[0]), range(21, 31)), rtol=1e-4)
+
+
+def test_loss_covers_loss_mask_and_accuracy_the_scored_positions():
+  # stack_manipulation: their loss trains on the padding after END, their
+  # accuracy does not score it; one length per batch of fresh examples.
+  from bifocal_jax import config as config_lib, sharding, tasks  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.tasks import pipeline  # pylint: disable=g-import-not-at-top
+  config = config_lib.chomsky_config("stack_manipulation", "tiny")
+  config.data.examples, config.data.lengths = "fresh", "per_batch"
+  config_lib.validate(config, num_devices=jax.device_count())
+  task = tasks.get_task(config.task)
+  mesh = sharding.make_mesh(config.mesh)
+  batch = next(iter(pipeline.train_dataset(task, batch_size_per_process=config.batch_size,
+                                           seed=0, buckets=(32,), examples="fresh",
+                                           lengths="per_batch")))
+  assert len(set(batch["length"].tolist())) == 1
+  with jax.set_mesh(mesh):
+    s, state = train.setup(config, mesh, task=task)
+    _, metrics = train.make_train_step(s)(state, train.to_global_batch(batch, mesh))
+  assert float(metrics["loss_weight"]) == batch["loss_mask"].sum() > batch["mask"].sum()
+  assert int(metrics["token_total"]) == batch["mask"].sum()
