@@ -1,0 +1,70 @@
+"""Golden regression: the numbers of the first train steps of a tiny config.
+
+Recorded once (2026-11-30, jax 0.12.0.1 on x86-64 CPU) from the trainer as it
+was before the trainer split of issue #17, so that a refactor, or a change to
+the hand-written backward passes (attention, rotary angles), cannot change what
+training computes without this test saying so. The tolerances admit the
+rounding differences of another CPU's vector units, not a different gradient.
+To re-record after an intended change: run this file with `GOLDEN_PRINT=1`
+and paste the printed table.
+"""
+
+import os
+
+import jax
+import numpy as np
+import pytest
+
+import helpers
+from bifocal_jax import sharding as sharding_lib
+from bifocal_jax import train
+from bifocal_jax.tasks import pipeline
+
+# step: (loss, grad_norm, spectral_grad_norm, sum of params, sum of squared params)
+GOLDEN = {
+    "bifocal": {
+        1: (3.822549343109131, 4.381911277770996, 0.34548574686050415, 66.25746051009628,
+            507.89682066119417),
+        10: (1.593170404434204, 1.6207598447799683, 0.033783573657274246, 66.70647143064161,
+             511.23177945177713),
+    },
+    "randomized_rope": {
+        1: (3.613194704055786, 4.184190273284912, 0.0, 93.90848437763634, 359.6270431990011),
+        10: (1.7018086910247803, 1.5489548444747925, 0.0, 95.18929397431384, 360.78053967179187),
+    },
+}
+
+
+def _checksums(params) -> tuple[float, float]:
+  leaves = [np.asarray(x, np.float64) for x in jax.tree.leaves(jax.device_get(params))]
+  return sum(float(x.sum()) for x in leaves), sum(float((x * x).sum()) for x in leaves)
+
+
+def _run(kind: str, steps: int) -> dict[int, tuple[float, ...]]:
+  config = helpers.tiny_config({"position.kind": kind, "spectral.freeze_steps": 0})
+  mesh = sharding_lib.make_mesh(config.mesh)
+  with jax.set_mesh(mesh):
+    s, state = train.setup(config, mesh)
+    step_fn = train.make_train_step(s)
+    data = iter(pipeline.train_dataset(s.task, batch_size_per_process=config.batch_size,
+                                       seed=config.seed, buckets=tuple(config.buckets)))
+    out = {}
+    for step in range(1, steps + 1):
+      state, m = step_fn(state, train.to_global_batch(next(data), mesh))
+      if step in (1, steps):
+        m = jax.device_get(m)
+        out[step] = (float(m["loss"]), float(m["grad_norm"]), float(m["spectral_grad_norm"]),
+                     *_checksums(state["params"]))
+  return out
+
+
+@pytest.mark.parametrize("kind", sorted(GOLDEN))
+def test_first_steps_match_the_recorded_numbers(kind):
+  got = _run(kind, steps=10)
+  if os.environ.get("GOLDEN_PRINT"):
+    print({kind: got})
+  assert set(got) == set(GOLDEN[kind])
+  for step, expected in GOLDEN[kind].items():
+    # Step 1 is a single forward/backward pass; step 10 has compounded nine updates.
+    rtol = 1e-5 if step == 1 else 1e-4
+    np.testing.assert_allclose(got[step], expected, rtol=rtol, err_msg=f"{kind} step {step}")
