@@ -129,7 +129,8 @@ def long_eval_inputs(config, length: int, mesh):
   tokens = np.random.default_rng(length).integers(1, task.vocab_size, (1, length)).astype(np.int32)
   batch = steps_lib.to_global_batch(dict(
       inputs=tokens, targets=np.roll(tokens, -1, axis=1),
-      mask=np.ones((1, length), np.float32), valid=np.ones((1, length), bool),
+      mask=np.ones((1, length), np.float32), loss_mask=np.ones((1, length), np.float32),
+      valid=np.ones((1, length), bool),
       length=np.array([length], np.int32), depth=np.zeros((1,), np.int32)), mesh,
       steps_lib.EVAL_FIELDS)
   return steps_lib.make_eval_step(s), (train_state["params"], batch, jax.random.key(0))

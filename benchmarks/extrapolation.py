@@ -198,6 +198,7 @@ class Preset:
   protocol_tasks: tuple[str, ...] = ()   # tasks with the surgery and continue arms
   sensitivity: tuple[tuple[str, str, tuple[tuple[str, object], ...]], ...] = ()
   sensitivity_task: str = "dyck"         # (kind, label, setting) runs on this task
+  learned: float = LEARNED               # valid accuracy that calibrates a budget
 
   def calibration_runs(self) -> list[Run]:
     return [Run(task, "rope", 0, arm="calibration") for task in self.tasks]
@@ -253,7 +254,8 @@ PRESETS = {
                         overrides=(("eval_examples", 32),),
                         eval_args=("--num_examples=32",), published=(("k8_m10.test", 4),)),),
         kinds=("rope", "bifocal_heads"), seeds=(0,), protocol_tasks=("dyck",),
-        sensitivity=(("bifocal_heads", "slr1e-1", (("spectral.learning_rate", 1e-1),)),)),
+        sensitivity=(("bifocal_heads", "slr1e-1", (("spectral.learning_rate", 1e-1),)),),
+        learned=0.0),
     # This 2-core CPU: Dyck, our depth-controlled arithmetic and the
     # Chomsky-hierarchy tasks the calibration finds learned; 7 kinds x 5 seeds.
     "cpu": Preset(
@@ -392,14 +394,14 @@ def load_budgets(results_dir: str) -> dict:
   return _read_json(os.path.join(results_dir, BUDGETS_FILE)) or {}
 
 
-def calibration_record(task: TaskSpec, workdir: str) -> dict | None:
+def calibration_record(task: TaskSpec, workdir: str, learned: float = LEARNED) -> dict | None:
   """`{max_steps, interval, curve, budget}` of a finished calibration run
-  (`budget` None: not learned within `max_steps`)."""
+  (`budget` None: valid accuracy never reached `learned` within `max_steps`)."""
   if not trained(workdir):
     return None
   curve = [[r["step"], r["valid_token_accuracy"]] for r in read_metrics(workdir)
            if "valid_token_accuracy" in r]
-  reached = [step for step, accuracy in curve if accuracy >= LEARNED]
+  reached = [step for step, accuracy in curve if accuracy >= learned]
   return dict(max_steps=task.max_steps, interval=task.interval, curve=curve,
               budget=reached[0] if reached else None)
 
@@ -526,7 +528,7 @@ class Sweep:
                    ("checkpoint_every", run.task.interval))
       run = dataclasses.replace(run, setting=overrides)
       status = execute(run, self.out, run.task.max_steps, stop, self.log, evaluate=False)
-      record = calibration_record(run.task, run.workdir(self.out))
+      record = calibration_record(run.task, run.workdir(self.out), self.preset.learned)
       if status == "done" and record is not None:
         with _BUDGETS_LOCK:
           budgets = load_budgets(self.results_dir)

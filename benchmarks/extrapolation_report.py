@@ -130,23 +130,22 @@ def _markdown(rows: list[list[str]]) -> str:
 
 
 def _pairs(groups: dict) -> dict[str, list]:
-  """The comparisons the report makes, by section."""
-  scratch = [g for arm, g in groups if arm == "scratch"]
-  versus_rope = [(("scratch", g), ("scratch", "rope")) for g in scratch if g != "rope"]
+  """The comparisons the report makes, by section: every scratch kind against
+  `rope`; surgery against continue; each sensitivity setting against its kind
+  at the default settings, and bifocal against `rope` at the same setting."""
+  kind_of = {key: next(iter(runs.values()))["kind"] for key, runs in groups.items()}
+  versus_rope = [(key, ("scratch", "rope")) for key in groups
+                 if key[0] == "scratch" and key[1] != "rope"]
   protocol = [(("surgery", "bifocal_heads"), ("continue", "rope"))]
   sensitivity = []
-  for arm, group in groups:
-    if arm != "sensitivity":
+  for key in groups:
+    if key[0] != "sensitivity":
       continue
-    kind, _, label = group.partition("_")
-    kind = group[: -len(label) - 1] if label else group
-    for other_kind in ("bifocal_heads", "rope"):
-      if group.startswith(other_kind + "_"):
-        kind, label = other_kind, group[len(other_kind) + 1:]
-    # Against the same kind at default settings, and bifocal against rope at the same base.
-    sensitivity.append((("sensitivity", group), ("scratch", kind)))
-    if kind == "bifocal_heads" and ("sensitivity", f"rope_{label}") in groups:
-      sensitivity.append((("sensitivity", group), ("sensitivity", f"rope_{label}")))
+    kind = kind_of[key]
+    label = key[1][len(kind) + 1:]
+    sensitivity.append((key, ("scratch", kind)))
+    if kind != "rope" and ("sensitivity", f"rope_{label}") in groups:
+      sensitivity.append((key, ("sensitivity", f"rope_{label}")))
   return dict(versus_rope=versus_rope, protocol=protocol, sensitivity=sensitivity)
 
 

@@ -130,7 +130,8 @@ class Curriculum:
 
 def abstract_batch(batch_size: int, width: int, mesh) -> dict:
   sharding_ = sharding.batch_sharding(mesh)
-  dtypes = dict(inputs=np.int32, targets=np.int32, mask=np.float32, valid=bool)
+  dtypes = dict(inputs=np.int32, targets=np.int32, mask=np.float32, loss_mask=np.float32,
+                valid=bool)
   return {k: jax.ShapeDtypeStruct((batch_size, width), d, sharding=sharding_)
           for k, d in dtypes.items()}
 

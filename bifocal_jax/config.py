@@ -53,6 +53,10 @@ def base_config(task_name: str) -> ml_collections.ConfigDict:
   c.progress_bar = True
   c.prefetch = 2              # batches prepared ahead of the train step
   c.buckets = ()              # padded lengths; () = powers of two up to the longest example
+  # Training data (`tasks.pipeline`): "finite" epochs over task.train.size examples, or
+  # "fresh" ones every step (as the original Chomsky-hierarchy trainer); lengths drawn
+  # "per_example" (mixed-length batches) or "per_batch" (their curriculum).
+  c.data = ml_collections.ConfigDict(dict(examples="finite", lengths="per_example"))
   c.task = tasks.default_task_config(task_name)
   c.model = model_lib.default_model_config()
   c.position = attention.default_position_config()
@@ -174,6 +178,11 @@ def _check_batches(config, task, heads: int, *, num_devices: int, num_processes:
         or config.buckets[-1] < longest):
       _fail("buckets", tuple(config.buckets), f"must be increasing positive lengths, the last "
             f">= {longest} (the longest training sequence)")
+  from bifocal_jax.tasks import pipeline  # local: it needs grain
+  try:
+    pipeline.check_sampling(task, config.data.examples, config.data.lengths)
+  except ValueError as e:
+    _reraise(e)
   if not 1 <= config.eval_examples <= task.split("valid").size:
     _fail("eval_examples", config.eval_examples,
           f"must be in [1, {task.split('valid').size}] (the size of the valid split)")

@@ -21,7 +21,7 @@ from bifocal_jax.state import Setup
 
 # Codes for the quantity that went non-finite (recorded on device).
 NONFINITE_WHAT = {1: "loss", 2: "gradient norm"}
-TRAIN_FIELDS = ("inputs", "targets", "mask", "valid")
+TRAIN_FIELDS = ("inputs", "targets", "mask", "loss_mask", "valid")
 # Evaluation also carries each row's length and depth, so that the counts of
 # a global batch (several processes) can be tallied without the local batches.
 EVAL_FIELDS = TRAIN_FIELDS + ("length", "depth")
@@ -47,9 +47,13 @@ def grad_norms(grads) -> tuple[jax.Array, jax.Array]:
 
 
 def loss_and_counts(s: Setup, params, batch, rng, *, train: bool, close_ids=None):
-  """`(mean masked cross-entropy, (its weight, per-example accuracy counts))`."""
+  """`(mean masked cross-entropy, (its weight, per-example accuracy counts))`.
+
+  The loss covers `loss_mask` (for the Chomsky-hierarchy tasks also the
+  padding after END, as their trainer's loss does), accuracy `mask`.
+  """
   logits = s.model(params)(batch["inputs"], batch["valid"], rng=rng, train=train)
-  loss, weight = metrics_lib.masked_cross_entropy(logits, batch["targets"], batch["mask"])
+  loss, weight = metrics_lib.masked_cross_entropy(logits, batch["targets"], batch["loss_mask"])
   counts = metrics_lib.accuracy_counts(logits, batch["targets"], batch["mask"],
                                        close_ids=close_ids)
   return loss, (weight, counts)

@@ -263,7 +263,8 @@ def _data_iterator(config, task, *, start_step: int):
   return iter(pipeline.train_dataset(
       task, batch_size_per_process=config.batch_size // jax.process_count(), seed=config.seed,
       buckets=_train_buckets(config, task), process_index=jax.process_index(),
-      process_count=jax.process_count(), start_step=start_step))
+      process_count=jax.process_count(), start_step=start_step, examples=config.data.examples,
+      lengths=config.data.lengths))
 
 
 def _flops_per_step(config, task) -> float:

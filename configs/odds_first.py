@@ -1,8 +1,11 @@
-r"""Chomsky-hierarchy task `odds_first` (Deletang et al., ICLR 2023; our code).
+r"""Chomsky-hierarchy task `odds_first` (context-sensitive; Deletang et al., ICLR
+2023), as their code defines it: a bit string's bits at positions 2, 4, 6 ..
+(1-based), then those at 1, 3, 5 .. See `bifocal_jax.tasks.chomsky`.
 
   python train.py --config configs/odds_first.py --workdir runs/odds_first
   python train.py --config configs/odds_first.py:tiny --workdir /tmp/odds_first_tiny
   python train.py --config configs/odds_first.py:paper --workdir runs/odds_first_paper
+  python -m bifocal_jax.tasks --config configs/odds_first.py --split test_length --num 5 --format che
 
 Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.

@@ -1,8 +1,11 @@
-r"""Chomsky-hierarchy task `parity_check` (Deletang et al., ICLR 2023; our code).
+r"""Chomsky-hierarchy task `parity_check` (regular; Deletang et al., ICLR 2023),
+as their code defines it: the parity of the ones in a bit string. See
+`bifocal_jax.tasks.chomsky`.
 
   python train.py --config configs/parity_check.py --workdir runs/parity_check
   python train.py --config configs/parity_check.py:tiny --workdir /tmp/parity_check_tiny
   python train.py --config configs/parity_check.py:paper --workdir runs/parity_check_paper
+  python -m bifocal_jax.tasks --config configs/parity_check.py --split test_length --num 5 --format che
 
 Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.

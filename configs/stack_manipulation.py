@@ -1,8 +1,11 @@
-r"""Chomsky-hierarchy task `stack_manipulation` (Deletang et al., ICLR 2023; our code).
+r"""Chomsky-hierarchy task `stack_manipulation` (deterministic context-free;
+Deletang et al., ICLR 2023), as their code defines it: the stack after
+POP/PUSH actions, top first, then END. See `bifocal_jax.tasks.chomsky`.
 
   python train.py --config configs/stack_manipulation.py --workdir runs/stack_manipulation
   python train.py --config configs/stack_manipulation.py:tiny --workdir /tmp/stack_manipulation_tiny
   python train.py --config configs/stack_manipulation.py:paper --workdir runs/stack_manipulation_paper
+  python -m bifocal_jax.tasks --config configs/stack_manipulation.py --split test_length --num 5 --format che
 
 Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.

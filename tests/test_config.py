@@ -38,6 +38,8 @@ BAD_CONFIGS = {
     "unknown nan_policy": ({"nan_policy": "ignore"}, "nan_policy='ignore'"),
     "more eval examples than the split": ({"eval_examples": 10**6}, "eval_examples=1000000"),
     "buckets shorter than the data": ({"buckets": (16, 32)}, "buckets=(16, 32)"),
+    "unknown training examples": ({"data.examples": "new"}, "data.examples='new'"),
+    "one length per batch of Dyck": ({"data.lengths": "per_batch"}, "data.lengths='per_batch'"),
 }
 
 

@@ -1,113 +1,215 @@
-"""The extrapolation benchmark: sweep bookkeeping, resumability, failures, the summary.
+"""The extrapolation benchmark: runs and arms, calibration, committed summaries, the report.
 
-The summary tests build run directories by hand (config, metrics, results) so
-they need no training; the end-to-end tests run the `smoke` preset once.
+The bookkeeping and report tests build workdirs and summaries by hand (no
+training); the end-to-end tests run the `smoke` preset once: calibration, the
+sweep, then the report rebuilt from the summaries alone.
 """
 
 import fcntl
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
+import helpers
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location(
-    "extrapolation", os.path.join(REPO, "benchmarks", "extrapolation.py"))
-ex = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = ex  # dataclasses look their module up
-_spec.loader.exec_module(ex)
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 
-def fake_run(run, out, *, steps=10, result_step=10, loss=0.5, accuracy=None, splits=None):
-  """A run directory as the trainer and eval.py leave it (no checkpoint)."""
+def _load(name):
+  spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "benchmarks", name + ".py"))
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # dataclasses look their module up
+  spec.loader.exec_module(module)
+  return module
+
+
+ex = _load("extrapolation")
+report_lib = _load("extrapolation_report")
+
+TASK = ex.TaskSpec("odds_first", variant="tiny", overrides=(("batch_size", 8),))
+PRESET = ex.Preset(tasks=(TASK,), kinds=("rope", "bifocal_heads"), seeds=(0, 1),
+                   protocol_tasks=("odds_first",), sensitivity_task="odds_first",
+                   sensitivity=(("bifocal_heads", "frozen_half",
+                                 (("spectral.freeze_steps", ex.OfSteps(0.5)),)),))
+
+
+def test_runs_in_priority_order_with_their_arms():
+  names = [r.name for r in PRESET.runs()]
+  assert names == [
+      "odds_first/scratch/rope/seed0", "odds_first/scratch/bifocal_heads/seed0",
+      "odds_first/scratch/rope/seed1", "odds_first/scratch/bifocal_heads/seed1",
+      "odds_first/surgery/bifocal_heads/seed0", "odds_first/continue/rope/seed0",
+      "odds_first/surgery/bifocal_heads/seed1", "odds_first/continue/rope/seed1",
+      "odds_first/sensitivity/bifocal_heads_frozen_half/seed0",
+      "odds_first/sensitivity/bifocal_heads_frozen_half/seed1"]
+
+
+def test_commands_carry_kind_arm_and_settings():
+  scratch, bifocal = PRESET.runs()[:2]
+  train = bifocal.train_command("/o", 400)
+  assert "--config=configs/odds_first.py:tiny" in train
+  assert "--workdir=/o/odds_first/scratch/bifocal_heads/seed0" in train
+  for flag in ("--config.position.kind=bifocal", "--config.position.split=heads",
+               "--config.seed=0", "--config.steps=400", "--config.batch_size=8"):
+    assert flag in train, flag
+  assert "--spectrum" in bifocal.eval_command("/o")
+  assert "--spectrum" not in scratch.eval_command("/o")
+  surgery = PRESET.runs()[4]
+  assert surgery.source() == scratch
+  train = surgery.train_command("/o", 400)
+  assert "--config.init_from=/o/odds_first/scratch/rope/seed0" in train
+  assert "--config.steps=200" in train  # half the budget, further
+  frozen = PRESET.runs()[-1]
+  assert "--config.spectral.freeze_steps=200" in frozen.train_command("/o", 400)
+  assert "--config.steps=400" in frozen.train_command("/o", 400)
+
+
+def fake_workdir(run, out, *, steps=10, accuracy=0.5, splits=None, curve=()):
+  """A run directory as the trainer and eval.py leave it (final checkpoint dir included)."""
   workdir = run.workdir(out)
   os.makedirs(os.path.join(workdir, "eval"), exist_ok=True)
+  os.makedirs(os.path.join(workdir, "checkpoints", str(steps)), exist_ok=True)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     json.dump({"steps": steps}, f)
   with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
-    f.write(json.dumps({"step": steps // 2, "loss": 9.0}) + "\n")
-    f.write(json.dumps({"step": steps, "loss": loss}) + "\n")
-  accuracy = accuracy or {}
-  split_results = {
-      name: dict(source="task", token_accuracy=accuracy.get(name, 0.5),
-                 by_length={"4": accuracy.get(name, 0.5)}, by_length_tokens={"4": 10},
-                 by_depth={"1": accuracy.get(name, 0.5)}, by_depth_tokens={"1": 10})
-      for name in (splits or run.split_names)}
+    for step, acc in curve:
+      f.write(json.dumps({"step": step, "loss": 1.0, "valid_token_accuracy": acc}) + "\n")
+    f.write(json.dumps({"step": steps, "loss": 0.25}) + "\n")
+  split = dict(source="task", token_accuracy=accuracy, sequence_accuracy=accuracy / 2,
+               examples=100, che_score=accuracy, by_length={"4": accuracy},
+               by_depth={"0": accuracy},
+               ci95=dict(token_accuracy=[accuracy - 0.01, accuracy + 0.01]))
   with open(os.path.join(workdir, "eval", "results.json"), "w") as f:
-    json.dump(dict(step=result_step, che_score=accuracy.get("test_length", 0.5),
-                   splits=split_results), f)
+    json.dump(dict(step=steps, splits={n: split for n in (splits or run.task.split_names)}), f)
   return workdir
 
 
-TASK = ex.TaskSpec("odds_first", "tiny")
-PRESET = ex.Preset(tasks=(TASK,), kinds=("rope", "bifocal"), seeds=(0, 1))
+def test_calibration_budget_is_the_first_evaluated_step_that_learned(tmp_path):
+  run = PRESET.calibration_runs()[0]
+  workdir = fake_workdir(run, str(tmp_path), steps=3000,
+                         curve=[(250, 0.4), (500, 0.85), (750, 0.93), (1000, 0.89)])
+  record = ex.calibration_record(TASK, workdir)
+  assert record["budget"] == 750 and record["curve"][1] == [500, 0.85]
+  workdir = fake_workdir(run, str(tmp_path / "b"), steps=3000, curve=[(250, 0.4), (3000, 0.7)])
+  assert ex.calibration_record(TASK, workdir)["budget"] is None
+  shutil.rmtree(os.path.join(workdir, "checkpoints"))
+  assert ex.calibration_record(TASK, workdir) is None  # not finished
 
 
-def test_run_names_commands_and_order():
-  runs = PRESET.runs()
-  assert [r.name for r in runs] == ["odds_first/rope/seed0", "odds_first/bifocal/seed0",
-                                    "odds_first/rope/seed1", "odds_first/bifocal/seed1"]
-  train = runs[1].train_command("/o")
-  assert "--config=configs/odds_first.py:tiny" in train
-  assert "--config.position.kind=bifocal" in train and "--config.seed=0" in train
-  assert "--workdir=/o/odds_first/bifocal/seed0" in train
-  assert "--spectrum" in runs[1].eval_command("/o")
-  assert "--spectrum" not in runs[0].eval_command("/o")
-  lr_run = ex.Run(TASK, "rope", 2, 3e-4)
-  assert lr_run.name == "odds_first/rope_lr0.0003/seed2"
-  assert "--config.learning_rate=0.0003" in lr_run.train_command("/o")
-
-
-def test_run_is_done_only_with_final_step_and_every_split(tmp_path):
+def test_summary_needs_the_final_step_and_every_split(tmp_path):
   out = str(tmp_path)
-  rope0, bifocal0, rope1, bifocal1 = PRESET.runs()
-  fake_run(rope0, out)
-  fake_run(bifocal0, out, result_step=5)           # evaluated a preempted run
-  fake_run(rope1, out, splits=("valid",))         # test_length missing
-  assert ex.run_results(rope0, out) is not None
-  assert ex.run_results(bifocal0, out) is None
-  assert ex.run_results(rope1, out) is None
-  assert ex.run_results(bifocal1, out) is None     # nothing at all
-  assert ex.final_loss(rope0.workdir(out)) == 0.5
+  run = PRESET.runs()[1]
+  fake_workdir(run, out, splits=("valid",))
+  assert ex.summary_of(run, out, 10, 1.0) is None
+  fake_workdir(run, out, accuracy=0.75)
+  s = ex.summary_of(run, out, 10, 12.0)
+  assert (s["task"], s["kind"], s["arm"], s["seed"], s["steps"]) == (
+      "odds_first", "bifocal_heads", "scratch", 0, 10)
+  assert s["overrides"]["position.split"] == "heads" and s["final_train_loss"] == 0.25
+  assert s["splits"]["test_length"]["accuracy"] == 0.75
+  assert s["splits"]["test_length"]["ci95"] == [0.74, 0.76]
 
 
-def test_summary_table_means_spreads_and_missing_runs(tmp_path):
-  out = str(tmp_path)
-  rope0, bifocal0, rope1, bifocal1 = PRESET.runs()
-  fake_run(rope0, out, loss=0.2, accuracy={"valid": 0.9, "test_length": 0.4})
-  fake_run(rope1, out, loss=0.4, accuracy={"valid": 0.7, "test_length": 0.6})
-  fake_run(bifocal0, out, loss=0.1, accuracy={"valid": 1.0, "test_length": 0.8})
-  markdown = ex.summarize(PRESET, out)
-  rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-          for line in markdown.splitlines() if line.startswith("| ") and "---" not in line}
-  assert rows["position"] == ["seeds", "final train loss", "valid", "test_length", "CHE"]
-  assert rows["rope"] == ["2/2", "0.300 ± 0.100", "0.800 ± 0.100", "0.500 ± 0.100",
-                          "0.500 ± 0.100"]
-  assert rows["bifocal"] == ["1/2", "0.100", "1.000", "0.800", "0.800"]
-  assert "Runs done: 3 of 4" in markdown
-  assert "`odds_first/bifocal/seed1`" in markdown
-  assert os.path.exists(os.path.join(out, "summary.md"))
-  assert os.path.exists(os.path.join(out, "plots", "extrapolation_odds_first.png"))
+def test_pending_waits_for_budgets_and_skips_summarised_runs(tmp_path):
+  results = str(tmp_path / "results")
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), results, log=lambda m: None)
+  assert sweep.pending() == []  # not calibrated
+  os.makedirs(results)
+  with open(os.path.join(results, ex.BUDGETS_FILE), "w") as f:
+    json.dump({"odds_first": {"budget": None}}, f)
+  assert sweep.pending() == []  # not learned
+  with open(os.path.join(results, ex.BUDGETS_FILE), "w") as f:
+    json.dump({"odds_first": {"budget": 400}}, f)
+  first = PRESET.runs()[0]
+  path = ex.summary_path(results, first)
+  os.makedirs(os.path.dirname(path))
+  with open(path, "w") as f:
+    f.write("{}")
+  assert sweep.pending() == PRESET.runs()[1:]
+
+
+def _summary(group, seed, arm="scratch", **accuracy):
+  kind = group.split("_frozen")[0]
+  splits = {name: dict(accuracy=a, ci95=[a - 0.01, a + 0.01], by_length={"50": a},
+                       by_depth={"0": a}) for name, a in accuracy.items()}
+  out = dict(task="odds_first", kind=kind, arm=arm, group=group, seed=seed, steps=400, budget=400,
+             config="configs/odds_first.py", final_train_loss=0.1 * (seed + 1), splits=splits,
+             seconds=60.0, date=f"2026-11-30 1{seed}:00 UTC")
+  if kind == "bifocal_heads":
+    out["spectrum"] = dict(drift=0.1, harmonic_score=0.2 + 0.01 * seed, fraction_explained=0.5,
+                           geometric_score=0.1, final=[[1.0, 0.1]])
+  return out
+
+
+def _write(results, summaries):
+  for s in summaries:
+    path = os.path.join(results, s["task"], s["arm"], s["group"], f"seed{s['seed']}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+      json.dump(s, f)
+
+
+def _rows(markdown, first_cell):
+  return [[c.strip() for c in line.split("|")[1:-1]] for line in markdown.splitlines()
+          if line.startswith(f"| {first_cell}")]
+
+
+def test_report_intervals_paired_verdicts_and_plots(tmp_path):
+  results = str(tmp_path)
+  rope = [0.50, 0.60, 0.55, 0.65, 0.58]
+  _write(results, [_summary("rope", i, valid=0.9, test_length=a) for i, a in enumerate(rope)]
+         # bifocal: +0.05 on every seed on test_length (decided), noise on valid (not).
+         + [_summary("bifocal_heads", i, valid=0.9 + (-1) ** i * 0.01, test_length=a + 0.05)
+            for i, a in enumerate(rope)]
+         + [_summary("bifocal_heads", i, "surgery", valid=0.9, test_length=0.6) for i in range(3)]
+         + [_summary("rope", i, "continue", valid=0.9, test_length=0.6) for i in range(3)])
+  with open(os.path.join(results, "budgets.json"), "w") as f:
+    json.dump({"odds_first": {"budget": 400, "max_steps": 3000, "curve": [[400, 0.93]]}}, f)
+  markdown = report_lib.report(PRESET, results)
+  assert "Runs summarised: 16" in markdown
+  assert _rows(markdown, "odds_first")[0][1:] == ["400", "0.930", "3000"]
+  rope_row = _rows(markdown, "rope |")[0]
+  assert rope_row[1] == "5" and rope_row[4].startswith("0.576 [")
+  bifocal_vs_rope = _rows(markdown, "bifocal_heads (scratch) - rope (scratch)")[0]
+  assert bifocal_vs_rope[1] == "5"
+  assert not bifocal_vs_rope[2].startswith("**")        # valid: within noise
+  assert bifocal_vs_rope[3].startswith("**+0.050 [")    # test_length: decided
+  protocol = _rows(markdown, "bifocal_heads (surgery) - rope (continue)")[0]
+  assert protocol[1] == "3" and protocol[3] == "+0.000 [+0.000, +0.000]"
+  assert "Learned spectra" in markdown and "bifocal_heads (scratch)" in markdown
+  assert os.path.getsize(os.path.join(results, "plots", "extrapolation_odds_first.png")) > 5000
+
+
+def test_report_names_tasks_not_learned_and_not_calibrated(tmp_path):
+  preset = ex.Preset(tasks=(TASK, ex.TaskSpec("parity_check")), kinds=("rope",), seeds=(0,))
+  with open(os.path.join(tmp_path, "budgets.json"), "w") as f:
+    json.dump({"odds_first": {"budget": None, "max_steps": 3000, "curve": [[3000, 0.6]]}}, f)
+  markdown = report_lib.report(preset, str(tmp_path))
+  assert _rows(markdown, "odds_first")[0][1:] == ["**not learned**", "best 0.600", "3000"]
+  assert _rows(markdown, "parity_check")[0][1] == "not calibrated yet"
 
 
 def test_replace_block_keeps_the_text_around_it(tmp_path):
   path = str(tmp_path / "RESULTS.md")
-  ex.replace_block(path, "first")
+  report_lib.replace_block(path, "first")
   with open(path, "a") as f:
     f.write("\nverdict written by hand\n")
   with open(path) as f:
     text = f.read()
   with open(path, "w") as f:
     f.write("# title\n\n" + text)
-  ex.replace_block(path, "second")
+  report_lib.replace_block(path, "second")
   with open(path) as f:
     text = f.read()
   assert "first" not in text and "second" in text
   assert text.startswith("# title") and "verdict written by hand" in text
-  assert text.count(ex.BEGIN_MARK) == 1 and text.count(ex.END_MARK) == 1
+  assert text.count(report_lib.BEGIN_MARK) == 1 and text.count(report_lib.END_MARK) == 1
 
 
 def test_published_subset_keeps_name_and_spans_the_file(tmp_path):
@@ -125,67 +227,71 @@ def test_published_subset_keeps_name_and_spans_the_file(tmp_path):
     ex.published_file(str(tmp_path), "k8_m20.test", 0)
 
 
+def _cli(*args, env=None, timeout=900):
+  return subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "extrapolation.py"),
+                         *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                        env=env)
+
+
 @pytest.fixture(scope="module")
-def smoke_out(tmp_path_factory):
-  """The smoke preset, run once through the command line."""
-  out = str(tmp_path_factory.mktemp("extrapolation"))
-  proc = subprocess.run(
-      [sys.executable, os.path.join(REPO, "benchmarks", "extrapolation.py"), "--preset=smoke",
-       f"--out={out}", f"--results_md={os.path.join(out, 'RESULTS.md')}"],
-      cwd=REPO, capture_output=True, text=True, timeout=900)
-  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  return out
+def smoke(tmp_path_factory, compilation_cache_env):
+  """The smoke preset through the command line: calibration, then the sweep
+  (its runs' subprocesses share the session's compilation cache)."""
+  base = tmp_path_factory.mktemp("extrapolation")
+  out, results = str(base / "out"), str(base / "results")
+  env = helpers.subprocess_env(**compilation_cache_env)
+  for extra in (["--calibrate"], [f"--results_md={base / 'RESULTS.md'}"]):
+    proc = _cli("--preset=smoke", f"--out={out}", f"--results={results}", *extra, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  return base, out, results
 
 
 @pytest.mark.slow
-def test_smoke_sweep_end_to_end(smoke_out):
+def test_smoke_sweep_end_to_end_and_the_report_from_summaries_alone(smoke):
+  base, out, results = smoke
   preset = ex.PRESETS["smoke"]
+  assert ex.load_budgets(results)["dyck"]["budget"] == 10
   for run in preset.runs():
-    results = ex.run_results(run, smoke_out)
-    assert results is not None, run.name
-    assert set(run.split_names) <= set(results["splits"])
-    assert results["splits"]["k8_m10.test"]["examples"] == 4
-  with open(os.path.join(smoke_out, "RESULTS.md")) as f:
-    summary = f.read()
-  bifocal = ex.run_results(preset.runs()[1], smoke_out)
-  row = next(line for line in summary.splitlines() if line.startswith("| bifocal | 1/1"))
-  assert f"{bifocal['splits']['test_depth']['token_accuracy']:.3f}" in row
-  assert "Learned spectra" in summary and "Closing-bracket accuracy" in summary
-  assert os.path.exists(os.path.join(smoke_out, "plots", "extrapolation_dyck.png"))
-  with open(os.path.join(smoke_out, "sweep.pid")) as f:
-    assert int(f.read()) > 0
+    with open(ex.summary_path(results, run)) as f:
+      summary = json.load(f)
+    assert set(run.task.split_names) == set(summary["splits"]), run.name
+    assert summary["splits"]["k8_m10.test"]["examples"] == 4
+  text = (base / "RESULTS.md").read_text()
+  assert "Closing-bracket accuracy" in text and "Learned spectra" in text
+  assert "bifocal_heads (surgery) - rope (continue)" in text
+  assert "bifocal_heads_slr1e-1 (sensitivity) - bifocal_heads (scratch)" in text
+  # Another machine: no workdirs, only the committed summaries.
+  shutil.rmtree(out)
+  proc = _cli("--preset=smoke", f"--out={out}", f"--results={results}", "--summarize_only")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert not os.path.exists(os.path.join(out, "dyck"))
+  assert "bifocal_heads (surgery) - rope (continue)" in proc.stdout
+  proc = _cli("--preset=smoke", f"--out={out}", f"--results={results}", "--dry_run")
+  assert "0 runs to do" in proc.stdout
 
 
 @pytest.mark.slow
-def test_second_sweep_skips_done_runs(smoke_out):
-  runs = ex.PRESETS["smoke"].runs()
-  logs = [os.path.join(r.workdir(smoke_out), "train.log") for r in runs]
-  before = [os.path.getmtime(p) for p in logs]
-  assert ex.sweep(runs, smoke_out, log=lambda m: None) == {r.name: "skipped" for r in runs}
-  assert [os.path.getmtime(p) for p in logs] == before
-
-
-@pytest.mark.slow
-def test_failed_run_is_recorded_and_the_sweep_goes_on(smoke_out):
-  smoke = ex.PRESETS["smoke"].runs()
-  bad_task = ex.TaskSpec("dyck", "tiny", overrides=(("batch_size", -3),), splits=("valid",))
-  bad = ex.Run(bad_task, "rope", seed=7)
-  statuses = ex.sweep([bad, *smoke], smoke_out, log=lambda m: None)
-  assert statuses == {bad.name: "failed", **{r.name: "skipped" for r in smoke}}
-  with open(os.path.join(bad.workdir(smoke_out), ex.FAILED_FILE)) as f:
+def test_failed_run_is_recorded_and_the_sweep_goes_on(smoke, tmp_path):
+  _, _, results = smoke
+  bad_task = ex.TaskSpec("dyck", ("valid",), variant="tiny", overrides=(("batch_size", -3),))
+  good_task = ex.PRESETS["smoke"].tasks[0]
+  preset = ex.Preset(tasks=(bad_task,), kinds=("rope",), seeds=(7,))
+  os.makedirs(tmp_path / "results")
+  shutil.copy(os.path.join(results, ex.BUDGETS_FILE), tmp_path / "results")
+  sweep = ex.Sweep(preset, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None)
+  assert sweep.run() == {"dyck/scratch/rope/seed7": "failed"}
+  with open(os.path.join(tmp_path / "out", "dyck/scratch/rope/seed7", ex.FAILED_FILE)) as f:
     failed = f.read()
-  assert "stage: train" in failed and "exit status 2" in failed
-  assert "batch_size" in failed  # the trainer's own error line, from the log tail
-  markdown = ex.summarize(ex.Preset(tasks=(bad_task,), kinds=("rope",), seeds=(7,)), smoke_out)
-  assert "Failed (see their `failed.txt`): `dyck/rope/seed7`" in markdown
+  assert "stage: train" in failed and "exit status 2" in failed and "batch_size" in failed
+  assert good_task.name == bad_task.name  # the budget it used was the smoke task's
 
 
 def test_sweep_refuses_bad_jobs_and_a_second_sweep_on_the_same_out(tmp_path):
-  out = str(tmp_path)
+  sweep = ex.Sweep(PRESET, str(tmp_path), str(tmp_path / "results"), log=lambda m: None)
   with pytest.raises(ValueError, match="jobs=0"):
-    ex.sweep([], out, jobs=0)
-  with open(os.path.join(out, "sweep.lock"), "w") as held:
+    sweep.run(jobs=0)
+  with open(os.path.join(tmp_path, "sweep.lock"), "w") as held:
     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     with pytest.raises(ValueError, match="another sweep is running"):
-      ex.sweep([], out)
-  assert ex.sweep([], out) == {}  # the lock is free again
+      sweep.run()
+  assert sweep.run() == {}  # the lock is free again; nothing calibrated, nothing to do

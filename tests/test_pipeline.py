@@ -1,4 +1,5 @@
-"""Grain pipelines: buckets, padding, epochs, process sharding, checkpointing, evaluation."""
+"""Grain pipelines: buckets, padding, epochs, fresh examples, one length per batch, process
+sharding, checkpointing, evaluation."""
 
 import json
 
@@ -10,7 +11,7 @@ from etils import epath
 from bifocal_jax import tasks
 from bifocal_jax.tasks import pipeline
 
-FIELDS = ("inputs", "targets", "mask", "valid", "length", "depth", "index")
+FIELDS = ("inputs", "targets", "mask", "loss_mask", "valid", "length", "depth", "index")
 
 
 def small_dyck(train_size=1 << 20):
@@ -84,11 +85,13 @@ def test_processes_together_see_what_one_process_would(process_count):
   assert all(not a & b for i, a in enumerate(local_indices) for b in local_indices[i + 1:])
 
 
-def test_iterator_state_restores_mid_stream(tmp_path):
+@pytest.mark.parametrize("examples,lengths", [("finite", "per_example"), ("fresh", "per_batch")])
+def test_iterator_state_restores_mid_stream(tmp_path, examples, lengths):
   task = tasks.get_task(tasks.default_task_config("modular_arithmetic_brackets"))
   buckets = pipeline.length_buckets(task.max_sequence_length("train"))
-  make = lambda: iter(pipeline.train_dataset(task, batch_size_per_process=4, seed=1,
-                                             buckets=buckets))
+  make = lambda start_step=0: iter(pipeline.train_dataset(
+      task, batch_size_per_process=4, seed=1, buckets=buckets, start_step=start_step,
+      examples=examples, lengths=lengths))
   iterator = make()
   take(iterator, 3)
   handler = grain.checkpoint.CheckpointHandler()
@@ -98,12 +101,63 @@ def test_iterator_state_restores_mid_stream(tmp_path):
   restored = handler.restore(epath.Path(tmp_path), args=grain.checkpoint.CheckpointRestore(make()))
   from_state = make()
   from_state.set_state(state)
-  started_late = iter(pipeline.train_dataset(task, batch_size_per_process=4, seed=1,
-                                             buckets=buckets, start_step=3))
+  started_late = make(start_step=3)
   for other in (restored, from_state, started_late):
     for want, got in zip(expected, take(other, 3)):
       for key in FIELDS:
         np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_fresh_examples_every_step_past_the_split_size():
+  task = tasks.get_task(tasks.default_task_config("stack_manipulation"))
+  batches = take(iter(pipeline.train_dataset(task, batch_size_per_process=8, seed=0,
+                                             buckets=(48, 82), examples="fresh")), 4)
+  for step, batch in enumerate(batches):  # the stream's next 8 indices, whatever the size.
+    np.testing.assert_array_equal(batch["index"], step * 8 + np.arange(8))
+  small = tasks.default_task_config("stack_manipulation")
+  small.train.size = 10
+  small_task = tasks.get_task(small)
+  late = take(iter(pipeline.train_dataset(small_task, batch_size_per_process=8, seed=0,
+                                          buckets=(48, 82), examples="fresh", start_step=3)), 1)
+  np.testing.assert_array_equal(late[0]["index"], 24 + np.arange(8))  # past size 10
+  expected = small_task.batch("train", late[0]["index"], late[0]["inputs"].shape[1],
+                              unbounded=True)
+  for key in FIELDS:
+    np.testing.assert_array_equal(late[0][key], expected[key])
+  # Only the loss covers the padding after END (as the original's loss does).
+  assert (late[0]["loss_mask"] >= late[0]["mask"]).all()
+  assert late[0]["loss_mask"].sum() > late[0]["mask"].sum()
+
+
+def test_one_length_per_batch_uniform_over_the_training_lengths():
+  task = tasks.get_task(tasks.default_task_config("odds_first"))
+  batches = take(iter(pipeline.train_dataset(task, batch_size_per_process=2, seed=4,
+                                             buckets=(16, 32, 64, 80), lengths="per_batch")), 400)
+  lengths = []
+  for step, batch in enumerate(batches):
+    assert len(set(batch["length"].tolist())) == 1
+    lengths.append(int(batch["length"][0]))
+    assert lengths[-1] == pipeline.batch_length(step, seed=4, min_length=1, max_length=40)
+    expected = task.batch("train", batch["index"], batch["inputs"].shape[1], length=lengths[-1])
+    for key in FIELDS:
+      np.testing.assert_array_equal(batch[key], expected[key])
+  counts = np.bincount(lengths, minlength=41)[1:]
+  assert (counts > 0).all() and counts.max() < 25  # 40 lengths, 10 expected each.
+  other_seed = [pipeline.batch_length(s, seed=5, min_length=1, max_length=40) for s in range(40)]
+  assert other_seed != lengths[:40]
+
+
+@pytest.mark.parametrize("process_count", [2, 4])
+def test_processes_agree_on_fresh_examples_and_the_batch_length(process_count):
+  task = tasks.get_task(tasks.default_task_config("binary_addition"))
+  kwargs = dict(seed=5, buckets=(32, 64, 82), examples="fresh", lengths="per_batch")
+  single = take(iter(pipeline.train_dataset(task, batch_size_per_process=8, **kwargs)), 5)
+  shards = [take(iter(pipeline.train_dataset(
+      task, batch_size_per_process=8 // process_count, process_index=p,
+      process_count=process_count, **kwargs)), 5) for p in range(process_count)]
+  for step, whole in enumerate(single):
+    for key in FIELDS:
+      np.testing.assert_array_equal(np.concatenate([s[step][key] for s in shards]), whole[key])
 
 
 @pytest.mark.parametrize("process_count", [1, 2])
@@ -149,3 +203,8 @@ def test_bad_pipeline_arguments():
                            process_index=2, process_count=2)
   with pytest.raises(ValueError, match="num_examples=51"):
     pipeline.eval_batches(task, "valid", batch_size=4, num_examples=51)
+  with pytest.raises(ValueError, match="data.lengths='per_batch': task dyck draws no examples"):
+    pipeline.train_dataset(task, batch_size_per_process=4, seed=0, buckets=(99,),
+                           lengths="per_batch")
+  with pytest.raises(ValueError, match="data.examples='new'"):
+    pipeline.train_dataset(task, batch_size_per_process=4, seed=0, buckets=(99,), examples="new")

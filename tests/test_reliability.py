@@ -158,7 +158,7 @@ def test_every_checkpoint_damaged_is_an_error_not_a_fresh_start(uninterrupted, t
 
 
 def poison_training_batch(monkeypatch, step: int):
-  """Makes the loss of training step `step` NaN (a NaN in its mask)."""
+  """Makes the loss of training step `step` NaN (a NaN in its loss mask)."""
   calls = []
   to_global_batch = steps.to_global_batch
 
@@ -166,7 +166,7 @@ def poison_training_batch(monkeypatch, step: int):
     if fields == steps.TRAIN_FIELDS:  # not an evaluation batch
       calls.append(None)
       if len(calls) == step:
-        batch = dict(batch, mask=np.full_like(batch["mask"], np.nan))
+        batch = dict(batch, loss_mask=np.full_like(batch["loss_mask"], np.nan))
     return to_global_batch(batch, mesh, fields)
 
   monkeypatch.setattr(steps, "to_global_batch", poisoned)

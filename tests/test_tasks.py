@@ -2,6 +2,8 @@
 the published Dyck files, the CLI, and bad input."""
 
 import collections
+import json
+import math
 import os
 import random
 import subprocess
@@ -12,8 +14,9 @@ import ml_collections
 import numpy as np
 import pytest
 
+import chomsky_reference
 from bifocal_jax import tasks
-from bifocal_jax.tasks import dyck, external
+from bifocal_jax.tasks import base, dyck, external
 
 EXTERNAL = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "external", "dyck-yao2021")
 # The published files' declared ranges (README): lengths and max depths.
@@ -37,17 +40,18 @@ def make_task(name, **overrides):
   return tasks.get_task(config)
 
 
-def examples_of(task, split, num, start=0):
+def examples_of(task, split, num, start=0, length=None):
   """Examples [start, start + num) of a split (generated in one batch), unpadded."""
-  batch = task.batch(split, np.arange(start, start + num))
+  batch = task.batch(split, np.arange(start, start + num), length=length)
   out = []
   for row in range(num):
     n = int(batch["valid"][row].sum())
     assert batch["valid"][row, :n].all() and not batch["valid"][row, n:].any()
     assert (batch["inputs"][row, n:] == task.pad_id).all() and (batch["mask"][row, n:] == 0).all()
+    assert (batch["loss_mask"][row, n:] == 0).all()
     out.append(dict(inputs=task.decode(batch["inputs"][row, :n]),
                     targets=task.decode(batch["targets"][row, :n]),
-                    mask=batch["mask"][row, :n], length=int(batch["length"][row]),
+                    mask=batch["mask"][row, :n], loss_mask=batch["loss_mask"][row, :n], length=int(batch["length"][row]),
                     depth=int(batch["depth"][row]), index=int(batch["index"][row])))
   return out
 
@@ -157,45 +161,93 @@ def test_dyck_vocabulary_and_layout():
   assert e["mask"].dtype == np.float32 and len(e["inputs"]) == e["length"]
   source, target = task.format_example(e)
   assert source.split(" ") == task.decode(e["inputs"])
-  assert len(target.split(" ")) == e["length"] and target.endswith("_")
+  assert len(target.split(" ")) == e["length"] and target.endswith(" .")
 
 
 # ----------------------------------------------------------------------------
 # Chomsky-hierarchy tasks.
 # ----------------------------------------------------------------------------
 
+ORIGINAL = tuple(chomsky_reference.SAMPLERS)  # the 15 tasks of Deletang et al.
+CHOMSKY = (*ORIGINAL, "modular_arithmetic_brackets_depth")
 
-def expected_output(name, symbols):
-  """Direct computation of each task's answer from its input symbols."""
+
+def python_value(expression):
+  """Value mod 5 by Python's parser: `*` before `+ -`, and a unary minus on a
+  digit binds tightest, as every arithmetic task means it."""
+  return eval(expression, {"__builtins__": {}}) % 5  # pylint: disable=eval-used
+
+
+def termination_output(digits, width):
+  """`digits`, END, then `0` up to `width` positions; scored: the digits and END."""
+  return digits + ["END"] + ["0"] * (width - len(digits) - 1), len(digits) + 1
+
+
+def solve_binary(symbols, add):
+  """binary_addition / binary_multiplication from the input alone."""
+  n, op = len(symbols), "+" if add else "*"
+  if op in symbols:
+    a, b = ("".join(symbols).split(op))
+    a, b = int(a[::-1], 2), int(b[::-1], 2)
+    digits = list(format(a + b if add else a * b, "b")[::-1])
+  elif add:  # lengths 1 and 2: a lone number, its own answer.
+    digits = list(format(int("".join(symbols[::-1]), 2), "b")[::-1])
+  else:  # their fixed answer at lengths 1 and 2.
+    digits = ["0"] * (n - 1)
+  return termination_output(digits, n + 1 if add else n)
+
+
+def solve(name, symbols):
+  """Each task's answer from its input symbols alone, by direct computation:
+  (the target at every output position, how many of them are scored)."""
+  n = len(symbols)
+  if name == "even_pairs":
+    return [str(sum(a != b for a, b in zip(symbols, symbols[1:])) % 2)], 1
+  if name.startswith("modular_arithmetic"):
+    return [str(python_value("".join(symbols)))], 1
   if name == "parity_check":
-    return [str(symbols.count("1") % 2)]
+    return [str(symbols.count("1") % 2)], 1
   if name == "cycle_navigation":
-    return [str(sum({"-": -1, "0": 0, "+": 1}[s] for s in symbols) % 5)]
+    return [str(sum({"-": -1, "0": 0, "+": 1}[s] for s in symbols) % 5)], 1
   if name == "reverse_string":
-    return symbols[::-1]
-  if name == "odds_first":
-    return ([s for i, s in enumerate(symbols, 1) if i % 2]
-            + [s for i, s in enumerate(symbols, 1) if not i % 2])
+    return symbols[::-1], n
+  if name == "duplicate_string":
+    return symbols + symbols, 2 * n
+  if name == "odds_first":  # 1-based positions 2, 4, .. then 1, 3, .. (their code)
+    return [s for i, s in enumerate(symbols, 1) if i % 2 == 0] + \
+           [s for i, s in enumerate(symbols, 1) if i % 2 == 1], n
+  if name == "bucket_sort":
+    return sorted(symbols, key=int), n
+  if name == "compute_sqrt":
+    return list(format(math.isqrt(int("".join(symbols), 2)), "b").zfill(math.ceil(n / 2))), \
+           math.ceil(n / 2)
+  if name == "solve_equation":
+    if "=" not in symbols:  # lengths 1 and 2: zeros, answer 0.
+      assert n < 3 and set(symbols) == {"0"}
+      return ["0"], 1
+    left, right = "".join(symbols).split("=")
+    assert symbols.count("x") == 1 and "*" not in left
+    solutions = [d for d in "01234" if python_value(left.replace("x", d)) == int(right)]
+    assert len(solutions) == 1, symbols
+    return solutions, 1
   if name == "missing_duplicate_string":
-    half = len(symbols) // 2
-    assert len(symbols) % 2 == 0 and symbols.count("_") == 1
-    hole = symbols.index("_")
-    other = hole + half if hole < half else hole - half
-    assert [a for a, b in zip(symbols[:half], symbols[half:]) if "_" not in (a, b)] == \
-           [b for a, b in zip(symbols[:half], symbols[half:]) if "_" not in (a, b)]
-    return [symbols[other]]
+    if n == 1:
+      assert symbols == ["1"]
+      return ["1"], 1
+    body = symbols[:-1] if n % 2 else symbols
+    assert symbols[n - n % 2:] == ["#"] * (n % 2) and "#" not in body and body.count("_") == 1
+    half, hole = n // 2, body.index("_")
+    assert [a for a, b in zip(body[:half], body[half:]) if "_" not in (a, b)] == \
+           [b for a, b in zip(body[:half], body[half:]) if "_" not in (a, b)]
+    return [body[hole + half] if hole < half else body[hole - half]], 1
   if name == "stack_manipulation":
-    num_bits = next((i for i, s in enumerate(symbols) if s not in ("0", "1")), len(symbols))
-    assert num_bits >= 1
+    num_bits = next((i for i, s in enumerate(symbols) if s not in ("0", "1")), n)
     stack = symbols[:num_bits]
     for action in symbols[num_bits:]:
-      if action == "POP":
-        stack = stack[:-1]
-      else:
-        stack = stack + [{"PUSH0": "0", "PUSH1": "1"}[action]]
-    return stack[::-1] + ["_"] * (len(symbols) + 1 - len(stack))
-  if name == "modular_arithmetic_brackets":
-    return [str(eval("".join(symbols), {"__builtins__": {}}) % 5)]  # pylint: disable=eval-used
+      stack = stack[:-1] if action == "POP" else stack + [{"PUSH0": "0", "PUSH1": "1"}[action]]
+    return termination_output(stack[::-1], n + 1)
+  if name in ("binary_addition", "binary_multiplication"):
+    return solve_binary(symbols, name == "binary_addition")
   raise AssertionError(name)
 
 
@@ -209,41 +261,145 @@ def bracket_depth(symbols):
   return max_depth
 
 
-CHOMSKY = [n for n in tasks.TASK_NAMES if n != "dyck"]
+def check_chomsky_example(task, e):
+  """Layout, targets, masks and depth of one example against `solve`."""
+  query = [i for i, s in enumerate(e["inputs"]) if s == "?"]
+  n = len(e["inputs"]) - len(query)
+  symbols = e["inputs"][:n]
+  assert query == list(range(n, len(e["inputs"]))) and n == task.input_length(e["length"])
+  outputs, scored = solve(task.name, symbols)
+  assert len(outputs) == len(query) == task.output_length(n)
+  assert e["targets"] == ["<pad>"] * n + outputs, (symbols, e["targets"])
+  assert list(e["mask"]) == [0.0] * n + [1.0] * scored + [0.0] * (len(outputs) - scored)
+  assert list(e["loss_mask"]) == [0.0] * n + [1.0] * len(outputs)  # their loss: every output.
+  assert e["depth"] == bracket_depth(symbols)
 
 
 @pytest.mark.parametrize("name", CHOMSKY)
-def test_chomsky_outputs_match_direct_computation(name):
-  task = tasks.get_task(tasks.default_task_config(name))
+def test_chomsky_examples_match_an_independent_solver(name):
+  task = make_task(name)
   assert not task.causal and task.pad_id == 0 and task.vocab[0] == "<pad>"
-  for split, num in (("train", 1000), ("test_length", 100), ("test_depth", 240)):
+  for split, num in (("train", 500), ("test_length", 40), ("test_depth", 240)):
     if split not in task.split_names:
       continue
     spec = task.split(split)
     depths = collections.Counter()
     for e in examples_of(task, split, num):
-      n = e["length"]
-      symbols, queries = e["inputs"][:n], e["inputs"][n:]
-      assert "?" not in symbols and set(queries) == {"?"}
-      assert len(queries) == task.output_length(n)
-      assert list(e["mask"]) == [0.0] * n + [1.0] * len(queries)
-      assert set(e["targets"][:n]) == {"<pad>"}
-      assert e["targets"][n:] == expected_output(name, symbols), (symbols, e["targets"])
-      assert spec.min_length <= n <= spec.max_length
-      depth = bracket_depth(symbols)
-      assert depth == e["depth"] and spec.min_depth <= depth <= spec.max_depth
-      depths[depth] += 1
-    if name == "modular_arithmetic_brackets":
-      assert sorted(depths) == list(spec.depths)  # every allowed depth occurs.
+      check_chomsky_example(task, e)
+      assert spec.min_length <= e["length"] <= spec.max_length
+      if task.has_depth:
+        assert spec.min_depth <= e["depth"] <= spec.max_depth
+      depths[e["depth"]] += 1
+    if task.has_depth:  # every allowed depth occurs.
+      assert sorted(depths) == list(spec.depths)
+  for length in (1, 2, 3, 4, 5, 6, 7):  # the short lengths many originals treat apart.
+    for e in examples_of(task, "train", 30, length=length):
+      assert e["length"] == length
+      check_chomsky_example(task, e)
 
 
 @pytest.mark.parametrize("name", CHOMSKY)
 def test_chomsky_answers_are_not_degenerate(name):
-  task = tasks.get_task(tasks.default_task_config(name))
-  answers = collections.Counter(" ".join(e["targets"][e["length"]:])
-                                for e in examples_of(task, "train", 400))
+  task = make_task(name)
+  answers = collections.Counter(" ".join(e["targets"][len(e["targets"]) - task.output_length(
+      task.input_length(e["length"])):]) for e in examples_of(task, "train", 400))
   assert len(answers) >= 2 and max(answers.values()) < 0.7 * 400
 
+
+# Sampling statistics against `chomsky_reference` (their samplers): per example,
+# numeric features (shares of each label and symbol, counts) and indicators
+# (the whole example at short lengths, where a hole or separator sits, ...).
+
+
+def features(name, e):
+  """{feature: value} of one example in their id space."""
+  inputs, outputs, scored = e["input"], e["output"], e["scored"]
+  labels = [o for o, s in zip(outputs, scored) if s]
+  f = collections.defaultdict(float, inputs=len(inputs), scored=len(labels))
+  f.update({f"label {c}": k / len(labels) for c, k in collections.Counter(labels).items()})
+  f.update({f"symbol {c}": k / len(inputs) for c, k in collections.Counter(inputs).items()})
+  f[f"first label {labels[0]}"] = 1
+  if e["length"] <= 3:
+    f[f"example {inputs} {outputs} {scored}"] = 1
+  marker = {"solve_equation": 9, "missing_duplicate_string": 2, "binary_addition": 2,
+            "binary_multiplication": 2}.get(name)  # x, the hole, `+`, `*`
+  if marker in inputs:
+    f[f"marker at {inputs.index(marker)}"] = 1
+  brackets = {"modular_arithmetic_brackets": (8, 9), "solve_equation": (7, 8)}.get(name)
+  if brackets:
+    symbols = [{brackets[0]: "(", brackets[1]: ")", 6: "-"}.get(i, "d") for i in inputs]
+    f["depth"] = bracket_depth(symbols)
+    if len(symbols) >= 5 + 2 * (name == "solve_equation"):  # `(L op R)`: how long L is.
+      f[f"left operand {operand_length(symbols, 1)}"] = 1
+  if name == "solve_equation" and 9 in inputs:  # x follows how many non-digits
+    x = inputs.index(9)
+    f["run before x"] = x - max((i for i in range(x) if inputs[i] < 5), default=-1) - 1
+  if name == "stack_manipulation":
+    f[f"actions {sum(i >= 2 for i in inputs)}"] = 1
+  if name == "compute_sqrt":
+    f["value"] = int("".join(map(str, inputs)), 2) / 2 ** len(inputs)
+  return f
+
+
+def operand_length(symbols, start):
+  """Length of the operand at `start` of a bracketed expression: `d`, `-d` or `( .. )`."""
+  if symbols[start] != "(":
+    return 1 + (symbols[start] == "-")
+  depth = 0
+  for end in range(start, len(symbols)):
+    depth += (symbols[end] == "(") - (symbols[end] == ")")
+    if depth == 0:
+      return end + 1 - start
+  raise AssertionError(symbols)
+
+
+def assert_same_distribution(ours, theirs, where):
+  """Every feature's mean agrees within 4.5 standard errors; an indicator's
+  counts a, b within (|a - b| - 1) / sqrt(a + b) < 4.5 (both samples of size N)."""
+  assert len(ours) == len(theirs)
+  for key in set().union(*ours, *theirs):
+    a = np.array([f.get(key, 0) for f in ours], np.float64)
+    b = np.array([f.get(key, 0) for f in theirs], np.float64)
+    if not a.any() and not b.any():
+      continue
+    if np.isin(a, (0, 1)).all() and np.isin(b, (0, 1)).all():
+      z = (abs(a.sum() - b.sum()) - 1) / np.sqrt(a.sum() + b.sum())
+    else:
+      spread = np.sqrt((a.var() + b.var()) / len(a))
+      z = abs(a.mean() - b.mean()) / spread if spread else (np.inf if a.mean() != b.mean() else 0)
+    assert z < 4.5, f"{where}: {key!r}: ours {a.mean():.4f}, theirs {b.mean():.4f}"
+
+
+def their_examples(name, lengths, seed):
+  rs, py = np.random.RandomState(seed), random.Random(seed)
+  return [chomsky_reference.sample(name, rs, py, int(n)) for n in lengths]
+
+
+def our_examples(task, split, num, length=None):
+  """The first `num` examples of `split` in their id space."""
+  batch = task.batch(split, np.arange(num), length=length)
+  return [task.che_example({k: v[row] for k, v in batch.items()}) for row in range(num)]
+
+
+@pytest.mark.parametrize("name", ORIGINAL)
+def test_chomsky_sampling_matches_the_original(name):
+  task = make_task(name)
+  for length, num in ((1, 300), (2, 500), (3, 500), (4, 500), (5, 500), (6, 500), (9, 500),
+                      (40, 500), (101, 150)):
+    split = "train" if length <= 40 else "test_length"
+    ours = our_examples(task, split, num, length)
+    assert all(e["length"] == length for e in ours)
+    theirs = their_examples(name, [length] * num, seed=length)
+    assert_same_distribution([features(name, e) for e in ours],
+                             [features(name, e) for e in theirs], f"length {length}")
+  # The splits: lengths uniform in 1..40 and 41..500, as their curriculum and evaluation.
+  for split, num, low, high in (("train", 800, 1, 40), ("test_length", 100, 41, 500)):
+    ours = our_examples(task, split, num)
+    theirs = their_examples(name, np.random.RandomState(1).randint(low, high + 1, num), seed=2)
+    with_length = lambda e: {**features(name, e), "length": e["length"],
+                             "odd length": e["length"] % 2, f"length /10 = {e['length'] // 10}": 1}
+    assert_same_distribution([with_length(e) for e in ours], [with_length(e) for e in theirs],
+                             split)
 
 # ----------------------------------------------------------------------------
 # Every task: lengths, disjointness, determinism.
@@ -264,7 +420,9 @@ def test_sequence_lengths_are_known_without_generating(name):
 @pytest.mark.parametrize("name", tasks.TASK_NAMES)
 def test_test_splits_share_no_example_with_training(name):
   task = tasks.get_task(tasks.default_task_config(name))
-  seen = {tuple(row[row > 0]) for row in task.batch("train", np.arange(10_000))["inputs"]}
+  # Most Chomsky tasks' test inputs are longer than any training input: fewer suffice.
+  num = 10_000 if "test_depth" in task.split_names else 2000
+  seen = {tuple(row[row > 0]) for row in task.batch("train", np.arange(num))["inputs"]}
   for split in task.split_names:
     if split.startswith("test"):
       inputs = task.batch(split, np.arange(120))["inputs"]
@@ -390,9 +548,12 @@ def test_external_loader_names_file_and_line_of_malformed_input(tmp_path, line, 
     ("dyck", "train.max_lenght", 1, r"task.train.max_lenght: not a key of this task"),
     ("parity_check", "valid.min_length", 0, r"task.valid.min_length=0"),
     ("parity_check", "test_length.min_length", 30, r"task.test_length.min_length=30: must exceed"),
-    ("missing_duplicate_string", "train.max_length", 1, r"task.train.max_length=1: no input"),
-    ("modular_arithmetic_brackets", "test_depth.min_depth", 3,
+    ("modular_arithmetic_brackets_depth", "test_depth.min_depth", 3,
      r"task.test_depth.min_depth=3: must exceed"),
+    ("modular_arithmetic_brackets_depth", "test_depth.max_length", 8,
+     r"task.test_depth.max_length=8: no input of this task fits"),
+    ("modular_arithmetic", "train.max_length", 41,  # length 42 has 41 symbols, as 41 does.
+     r"task.test_length.min_length=41: must exceed"),
 ])
 def test_bad_configs_raise_one_clear_error(name, key, value, match):
   with pytest.raises(ValueError, match=match):
@@ -423,7 +584,7 @@ def test_depth_bounds_follow_m_and_d_train_unless_unlinked():
   config.train.max_depth = 4
   with pytest.raises(ValueError, match=r"task.train.max_depth=4: must be <= m=3"):
     tasks.get_task(config)
-  config = tasks.default_task_config("modular_arithmetic_brackets")
+  config = tasks.default_task_config("modular_arithmetic_brackets_depth")
   config.test_length = ml_collections.ConfigDict(config.test_length.to_dict())
   config.test_length.max_depth = 4
   with pytest.raises(ValueError, match=r"task.test_length.max_depth=4: must be <= d_train=3"):
@@ -456,3 +617,74 @@ def test_cli_prints_examples(tmp_path):
     source, target = line.split("\t")
     assert len(source.split(" ")) == len(target.split(" ")) <= 41
     external.parse_line(source, 8, "cli")  # the published format.
+
+
+def test_cli_prints_chomsky_examples_in_their_id_space():
+  config_file = os.path.join(os.path.dirname(__file__), "..", "configs", "stack_manipulation.py")
+  result = subprocess.run(
+      [sys.executable, "-m", "bifocal_jax.tasks", "--config", config_file, "--split",
+       "test_length", "--start", "5", "--num", "3", "--length", "45", "--format", "che"],
+      capture_output=True, text=True, check=True, timeout=120)
+  lines = [json.loads(line) for line in result.stdout.splitlines()]
+  task = make_task("stack_manipulation")
+  assert lines == [task.che_example(task.example("test_length", i, length=45)) for i in range(5, 8)]
+  for e in lines:  # their ids: bits 0 1, POP 2, PUSH0 3, PUSH1 4; outputs 0 1, END 2.
+    assert e["length"] == len(e["input"]) == 45 and len(e["output"]) == len(e["scored"]) == 46
+    outputs, scored = solve(task.name, [task.input_symbols[i] for i in e["input"]])
+    assert e["output"] == [task.output_symbols.index(s) for s in outputs]
+    assert e["scored"] == [1] * scored + [0] * (46 - scored) and e["output"][scored - 1] == 2
+
+
+def test_text_format_marks_unscored_targets_apart_from_every_symbol():
+  for name in tasks.TASK_NAMES:
+    assert base.UNSCORED not in make_task(name).vocab
+  task = make_task("stack_manipulation")
+  e = task.example("train", 0, length=6)
+  source, target = task.format_example(e)
+  assert len(source.split(" ")) == 6 and len(target.split(" ")) == 7
+  assert sum(t != base.UNSCORED for t in target.split(" ")) == e["mask"].sum()
+  task = make_task("missing_duplicate_string")
+  source, target = task.format_example(task.example("train", 0, length=7))
+  assert source.count("_") == 1 and source.endswith(" #") and target in ("0", "1")
+
+  class DotParity(tasks.chomsky.regular.ParityCheck):
+    input_symbols = (".", "1")
+
+  with pytest.raises(ValueError, match="marks unscored targets"):
+    DotParity(tasks.default_task_config("parity_check"))
+
+
+def test_examples_at_a_given_length_and_past_the_split_size():
+  task = make_task("parity_check")
+  batch = task.batch("test_length", np.arange(8), length=41)
+  assert (batch["length"] == 41).all() and (batch["valid"].sum(1) == 42).all()
+  np.testing.assert_array_equal(task.batch("test_length", [3], length=41)["inputs"][0],
+                                batch["inputs"][3])
+  # One stream per length: the examples at 42 do not extend those at 41.
+  longer = task.batch("test_length", np.arange(8), length=42)["inputs"][:, :41]
+  assert (longer != batch["inputs"][:, :41]).any(1).all()
+  with pytest.raises(ValueError, match=r"length=40: outside split 'test_length' \(lengths 41..500\)"):
+    task.batch("test_length", [0], length=40)
+  with pytest.raises(ValueError, match="task dyck draws no examples at a given length"):
+    make_task("dyck").batch("train", [0], length=9)
+  with pytest.raises(ValueError, match=r"length=12: too short for depth 6 of split 'test_depth'"):
+    make_task("modular_arithmetic_brackets_depth").batch("test_depth", [0], length=12)
+  far = task.batch("valid", [10**12], unbounded=True)  # an endless stream of the split's examples.
+  assert far["index"][0] == 10**12 and 1 <= far["length"][0] <= 40
+  with pytest.raises(ValueError, match="index=1000000000000: outside split 'valid' of size 512"):
+    task.batch("valid", [10**12])
+
+
+def test_modular_arithmetic_brackets_is_their_fully_bracketed_language():
+  # Their trees: brackets half the symbols; 0 the answer of ~27% of training and
+  # ~31% of test examples (multiplication by 0), and deeper when longer.
+  task = make_task("modular_arithmetic_brackets")
+  train = examples_of(task, "train", 1500)
+  symbols = [s for e in train for s in e["inputs"] if s != "?"]
+  assert 0.47 < (symbols.count("(") + symbols.count(")")) / len(symbols) < 0.53
+  assert 0.24 < np.mean([e["targets"][-1] == "0" for e in train]) < 0.31
+  test = examples_of(task, "test_length", 150)
+  assert 9.5 < np.mean([e["depth"] for e in test]) < 12.5
+  # Our variant keeps test_length at training depths (<= 3).
+  variant = make_task("modular_arithmetic_brackets_depth")
+  assert max(e["depth"] for e in examples_of(variant, "test_length", 100)) <= 3

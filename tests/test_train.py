@@ -14,6 +14,8 @@ import helpers
 from bifocal_jax import analysis
 from bifocal_jax import geometric_frequencies
 from bifocal_jax import model as model_lib
+from bifocal_jax import state as state_lib
+from bifocal_jax import steps
 from bifocal_jax import train
 from bifocal_jax import workdir as workdir_lib
 
@@ -135,6 +137,8 @@ MESHES = {"data4_model2": dict(data=4, fsdp=1, model=2), "fsdp8": dict(data=1, f
 SHARDED_RUNS = """
 import os, sys
 import helpers
+from bifocal_jax import state as state_lib
+from bifocal_jax import steps
 from bifocal_jax import train
 from bifocal_jax import workdir as workdir_lib
 assert len(__import__("jax").devices()) == 8
@@ -176,3 +180,25 @@ def test_checkpoint_of_eight_devices_resumes_on_one(sharded_runs, bifocal_run, c
   assert [r["step"] for r in records] == list(range(1, 31))
   np.testing.assert_allclose(losses(records, range(21, 31)),
                              losses(helpers.read_metrics(bifocal_run[0]), range(21, 31)), rtol=1e-4)
+
+
+def test_loss_covers_loss_mask_and_accuracy_the_scored_positions():
+  # stack_manipulation: their loss trains on the padding after END, their
+  # accuracy does not score it; one length per batch of fresh examples.
+  from bifocal_jax import config as config_lib, sharding, tasks  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.tasks import pipeline  # pylint: disable=g-import-not-at-top
+  config = config_lib.load_file(os.path.join(helpers.ROOT, "configs", "stack_manipulation.py"),
+                                "tiny")
+  config.data.examples, config.data.lengths = "fresh", "per_batch"
+  config_lib.validate(config, num_devices=jax.device_count())
+  task = tasks.get_task(config.task)
+  mesh = sharding.make_mesh(config.mesh)
+  batch = next(iter(pipeline.train_dataset(task, batch_size_per_process=config.batch_size,
+                                           seed=0, buckets=(32,), examples="fresh",
+                                           lengths="per_batch")))
+  assert len(set(batch["length"].tolist())) == 1
+  with jax.set_mesh(mesh):
+    s, state = state_lib.setup(config, mesh, task=task)
+    _, metrics = steps.make_train_step(s)(state, steps.to_global_batch(batch, mesh))
+  assert float(metrics["loss_weight"]) == batch["loss_mask"].sum() > batch["mask"].sum()
+  assert int(metrics["token_total"]) == batch["mask"].sum()

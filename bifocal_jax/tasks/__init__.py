@@ -3,8 +3,9 @@
 `get_task(config)` builds a task from its config (`default_task_config(name)`
 lists every key it accepts). Every task draws example `i` of split `s` from
 `(seed, s, i)` alone; see `base` for the interface and the batch layout,
-`dyck` and `chomsky` for the tasks, `external` for the published Dyck data,
-and `pipeline` (imported separately: it needs grain) for the input pipelines.
+`dyck` and `chomsky` (a package: the Chomsky-hierarchy tasks) for the tasks,
+`external` for the published Dyck data, and `pipeline` (imported separately:
+it needs grain) for the input pipelines.
 """
 
 import ml_collections
@@ -20,8 +21,6 @@ def default_task_config(name: str) -> ml_collections.ConfigDict:
   """Every key task `name` accepts, with its defaults."""
   if name == dyck.NAME:
     return dyck.default_config()
-  if name == chomsky.ModularArithmeticBrackets.name:
-    return chomsky.default_arithmetic_config()
   if name in _TASKS:
     return chomsky.default_config(name)
   raise ValueError(f"task name={name!r}: unknown, expected one of {TASK_NAMES}")

@@ -2,12 +2,23 @@ r"""Prints examples of a task's split: input tokens, a tab, target tokens.
 
   python -m bifocal_jax.tasks --config configs/dyck.py --split test_depth --num 5
   python -m bifocal_jax.tasks --config configs/dyck.py:tiny --config.task.seed=3 --split train
+  python -m bifocal_jax.tasks --config configs/odds_first.py --split test_length --num 3 --format che
+  python -m bifocal_jax.tasks --config configs/stack_manipulation.py --length 7 --num 3
 
 `--config` is a training config file (its `get_config()` has a `.task`). Dyck
 inputs are in the published format (`shared/external/dyck-yao2021/README.md`);
-targets are per position, `_` where nothing is scored. Other tasks print the
-input symbols and the output symbols.
+targets are per position, `.` where nothing is scored. Other tasks print the
+input symbols and the target at each output position (`.` where not scored).
+
+`--format che` (Chomsky-hierarchy tasks) prints one JSON object per line in
+the original benchmark's id space: `{"length": n, "input": [...], "output":
+[...], "scored": [...]}` (its input one-hot indices, its output class at each
+output position, 1 where its accuracy counts the position). `--length n`
+prints examples drawn at that length (one random stream per length, as the
+original's curriculum and per-length evaluation draw them).
 """
+
+import json
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -18,6 +29,9 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file 
 _SPLIT = flags.DEFINE_string("split", "train", "Split to print.")
 _NUM = flags.DEFINE_integer("num", 10, "Number of examples (the split's first ones).", lower_bound=0)
 _START = flags.DEFINE_integer("start", 0, "Index of the first example.", lower_bound=0)
+_FORMAT = flags.DEFINE_enum("format", "text", ["text", "che"],
+                            "text: tokens; che: JSON in the original benchmark's id space.")
+_LENGTH = flags.DEFINE_integer("length", None, "Draw every example at this length.", lower_bound=1)
 flags.mark_flags_as_required(["config"])
 
 
@@ -26,8 +40,19 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   task = tasks.get_task(_CONFIG.value.task)
   spec = task.split(_SPLIT.value)
+  if _FORMAT.value == "che" and not hasattr(task, "che_example"):
+    raise app.UsageError(f"--format=che: task {task.name} is not a Chomsky-hierarchy task")
+  if _LENGTH.value is not None:
+    try:
+      task.check_length(spec.name, _LENGTH.value)
+    except ValueError as e:
+      raise app.UsageError(f"--{e}") from None
   for index in range(_START.value, min(_START.value + _NUM.value, spec.size)):
-    print("\t".join(task.format_example(task.example(spec.name, index))))
+    example = task.example(spec.name, index, length=_LENGTH.value)
+    if _FORMAT.value == "che":
+      print(json.dumps(task.che_example(example), separators=(",", ":")))
+    else:
+      print("\t".join(task.format_example(example)))
 
 
 if __name__ == "__main__":

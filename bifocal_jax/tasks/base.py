@@ -7,10 +7,19 @@ randomness is counter based: `uniforms(key, indices, n)` hashes
 `(key, index, draw number)` with splitmix64, vectorised over a batch.
 
 The batch layout (numpy, what the pipelines yield and the trainer consumes):
-`inputs` int32[B, L], `targets` int32[B, L], `mask` float32[B, L] (where the
-loss and accuracy are scored), `valid` bool[B, L] (non-padding tokens),
-`length` int32[B], `depth` int32[B], `index` int64[B]. Padding is PAD (0),
-mask 0, valid False; padding rows (to fill a fixed batch) have index -1.
+`inputs` int32[B, L], `targets` int32[B, L], `mask` float32[B, L] (the scored
+positions: where accuracy counts), `loss_mask` float32[B, L] (where the
+training loss is taken: `mask` except where a task's original trains on more,
+as the Chomsky-hierarchy tasks train on the padding after a termination
+token), `valid` bool[B, L] (non-padding tokens), `length` int32[B], `depth`
+int32[B], `index` int64[B]. Padding is PAD (0), masks 0, valid False; padding
+rows (to fill a fixed batch) have index -1.
+
+Two ways to address examples: example `i` of split `s` at the length the
+split draws for it (`Task.batch(s, indices)`), or, for tasks with
+`supports_length`, example `i` of split `s` at a given length (`Task.batch(s,
+indices, length=n)`, its own random stream per length: what the original
+Chomsky-hierarchy curriculum and per-length evaluation use).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import numpy as np
 
 PAD = "<pad>"
 PAD_ID = 0
+UNSCORED = "."  # printed for an unscored target; no task may use it as a symbol.
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -203,6 +213,7 @@ class Task(abc.ABC):
   name: str
   causal: bool
   pad_id = PAD_ID
+  supports_length = False  # whether `batch(..., length=n)` draws examples at one given length
 
   def __init__(self, config: ml_collections.ConfigDict, vocab: Sequence[str],
                splits: Sequence[Split]):
@@ -211,6 +222,8 @@ class Task(abc.ABC):
     self.vocab = tuple(vocab)
     if self.vocab[PAD_ID] != PAD or len(set(self.vocab)) != len(self.vocab):
       raise ValueError(f"{self.name}: vocabulary must start with {PAD} and be unique: {self.vocab}")
+    if UNSCORED in self.vocab:
+      raise ValueError(f"{self.name}: {UNSCORED!r} marks unscored targets, it cannot be a symbol")
     self.token_ids = {token: i for i, token in enumerate(self.vocab)}
     self._splits = {s.name: s for s in splits}
     self._keys: dict[tuple[str, str], int] = {}
@@ -239,40 +252,60 @@ class Task(abc.ABC):
     """Upper bound of the sequence length L (all tokens the model sees) in `split`."""
 
   @abc.abstractmethod
-  def sequence_lengths(self, split: str, indices: np.ndarray) -> np.ndarray:
+  def sequence_lengths(self, split: str, indices: np.ndarray,
+                       length: int | None = None) -> np.ndarray:
     """int64[B]: the sequence length L of each example, without generating it (cheap)."""
 
   @abc.abstractmethod
-  def _generate(self, split: str, indices: np.ndarray, width: int) -> dict[str, np.ndarray]:
-    """`inputs`, `targets`, `mask`, `valid` [B, width], `length`, `depth` [B]."""
+  def _generate(self, split: str, indices: np.ndarray, width: int,
+                length: int | None = None) -> dict[str, np.ndarray]:
+    """`inputs`, `targets`, `mask`, `loss_mask`, `valid` [B, width], `length`, `depth` [B]."""
 
   @abc.abstractmethod
   def format_example(self, example: dict) -> tuple[str, str]:
     """(input string, target string) of one example, for printing."""
 
-  def batch(self, split: str, indices: Sequence[int], width: int | None = None) -> dict:
-    """Examples `indices` of `split`, padded to `width` (default: the longest)."""
+  def check_length(self, split: str, length: int):
+    """A ValueError unless examples of `split` can be drawn at `length`."""
     spec = self.split(split)
+    if not self.supports_length:
+      raise ValueError(f"length={length}: task {self.name} draws no examples at a given length")
+    if not spec.min_length <= length <= spec.max_length:
+      raise ValueError(f"length={length}: outside split {split!r} "
+                       f"(lengths {spec.min_length}..{spec.max_length})")
+
+  def batch(self, split: str, indices: Sequence[int], width: int | None = None, *,
+            length: int | None = None, unbounded: bool = False) -> dict:
+    """Examples `indices` of `split`, padded to `width` (default: the longest).
+
+    `length`: every example at this length (tasks with `supports_length`).
+    `unbounded`: indices may run past the split's size (an endless stream of
+    fresh examples from the split's distribution, as the original trains).
+    """
+    spec = self.split(split)
+    if length is not None:
+      length = int(length)
+      self.check_length(split, length)
     indices = np.asarray(indices, np.int64).reshape(-1)
-    if indices.size and (indices.min() < 0 or indices.max() >= spec.size):
-      bad = indices[(indices < 0) | (indices >= spec.size)][0]
-      raise ValueError(f"index={bad}: outside split {split!r} of size {spec.size}")
-    longest = int(self.sequence_lengths(split, indices).max(initial=0))
+    outside = (indices < 0) if unbounded else (indices < 0) | (indices >= spec.size)
+    if outside.any():
+      raise ValueError(f"index={indices[outside][0]}: outside split {split!r} of size {spec.size}")
+    longest = int(self.sequence_lengths(split, indices, length).max(initial=0))
     width = longest if width is None else width
     if width < longest:
       raise ValueError(f"width={width}: shorter than the longest example ({longest})")
-    out = self._generate(split, indices, width)
+    out = self._generate(split, indices, width, length)
     out["index"] = indices.copy()
     return out
 
-  def example(self, split: str, index: int) -> dict:
-    """Example `index` of `split`, unpadded: inputs/targets/mask [L], length, depth."""
-    row = self.batch(split, [index])
+  def example(self, split: str, index: int, length: int | None = None) -> dict:
+    """Example `index` of `split`, unpadded: inputs/targets/mask/loss_mask [L], length, depth."""
+    row = self.batch(split, [index], length=length)
     num_tokens = int(row["valid"][0].sum())
     return dict(
         inputs=row["inputs"][0, :num_tokens], targets=row["targets"][0, :num_tokens],
-        mask=row["mask"][0, :num_tokens], length=int(row["length"][0]),
-        depth=int(row["depth"][0]))
+        mask=row["mask"][0, :num_tokens], loss_mask=row["loss_mask"][0, :num_tokens],
+        length=int(row["length"][0]), depth=int(row["depth"][0]))
 
   def decode(self, ids: Sequence[int]) -> list[str]:
     return [self.vocab[int(i)] for i in ids]
@@ -284,6 +317,7 @@ def empty_batch(batch_size: int, width: int) -> dict[str, np.ndarray]:
       inputs=np.zeros((batch_size, width), np.int32),
       targets=np.zeros((batch_size, width), np.int32),
       mask=np.zeros((batch_size, width), np.float32),
+      loss_mask=np.zeros((batch_size, width), np.float32),
       valid=np.zeros((batch_size, width), bool),
       length=np.zeros((batch_size,), np.int32),
       depth=np.zeros((batch_size,), np.int32),

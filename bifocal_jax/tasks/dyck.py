@@ -198,7 +198,8 @@ class Dyck(base.Task):
     high = self._pairs_range(spec, 0)[1]
     return stratum, base.uniform_integers(self.key(split, "length"), indices, low, high)
 
-  def sequence_lengths(self, split: str, indices: np.ndarray) -> np.ndarray:
+  def sequence_lengths(self, split: str, indices: np.ndarray, length=None) -> np.ndarray:
+    del length  # `supports_length` is False: `Task.batch` refuses one.
     return 2 * self._stratum_and_pairs(split, np.asarray(indices, np.int64))[1] + 1
 
   def max_sequence_length(self, split: str) -> int:
@@ -246,7 +247,9 @@ class Dyck(base.Task):
     kind_TxB = np.floor(np.divide(draws_TxB, p_TxB, out=np.zeros_like(p_TxB), where=up_TxB) * self.k)
     return up_TxB.T, kind_TxB.T.astype(np.int32)
 
-  def _generate(self, split: str, indices: np.ndarray, width: int) -> dict[str, np.ndarray]:
+  def _generate(self, split: str, indices: np.ndarray, width: int,
+                length=None) -> dict[str, np.ndarray]:
+    del length
     stratum, pairs = self._stratum_and_pairs(split, indices)
     steps = 2 * pairs
     up, kind = self._walk(split, indices, stratum, steps)
@@ -266,12 +269,12 @@ class Dyck(base.Task):
     tokens[:, 1:num_steps] = np.where(is_close[:, 1:], closing, tokens[:, 1:num_steps])
     tokens[np.arange(len(indices)), steps] = self.end_id
     targets, mask, depth = _targets(tokens, height, top, self.k)
-    return dict(inputs=tokens, targets=targets, mask=mask,
+    return dict(inputs=tokens, targets=targets, mask=mask, loss_mask=mask.copy(),
                 valid=np.arange(width) < (steps + 1)[:, None],
                 length=(steps + 1).astype(np.int32), depth=depth)
 
   def format_example(self, example: dict) -> tuple[str, str]:
-    """The published format for the input; the target per position, `_` where unscored."""
-    targets = [self.vocab[t] if m else "_" for t, m in zip(example["targets"], example["mask"])]
+    """The published format for the input; the target per position, `.` where unscored."""
+    targets = [self.vocab[t] if m else base.UNSCORED for t, m in zip(example["targets"], example["mask"])]
     return " ".join(self.decode(example["inputs"])), " ".join(targets)
 

@@ -65,6 +65,7 @@ def _batch(lines: list[tuple[int, str]], path: str, k: int, width: int) -> dict[
     out["length"][row] = len(ids)
     out["index"][row] = number - 1
   out["targets"], out["mask"], out["depth"] = dyck.closing_targets(out["inputs"], k)
+  out["loss_mask"] = out["mask"].copy()
   return out
 
 

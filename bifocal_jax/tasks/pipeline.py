@@ -1,10 +1,26 @@
 """Input pipelines (grain): sharded, bucketed training batches; evaluation walks.
 
-Training draws the *global* batch of step s from one shuffled sequence of
-example indices (each epoch a different permutation of the split, keyed by
-`seed` and the epoch) and gives process p the slice `[p*B, (p+1)*B)`: every process gets distinct examples, and P processes
-together see exactly the batches one process would. Each batch is padded to
-the smallest length bucket that holds the longest example of the global batch
+Training draws the *global* batch of step s and gives process p the slice
+`[p*B, (p+1)*B)`: every process gets distinct examples, and P processes
+together see exactly the batches one process would. Which examples, in two
+independent choices (`train_dataset`'s `examples` and `lengths`):
+
+- `examples="finite"` (default): one shuffled sequence of the split's `size`
+  example indices, each epoch a different permutation keyed by `seed` and the
+  epoch. `"fresh"`: new examples every step, as the original Chomsky-hierarchy
+  trainer samples them: the indices `s*G .. s*G + G - 1` of an endless stream
+  (G the global batch), past the split's size.
+- `lengths="per_example"` (default): each example at the length the split
+  draws for it (mixed-length batches). `"per_batch"`: the original's
+  curriculum, one length per global batch, uniform in the split's length range
+  and keyed by `seed` and the step (tasks with `supports_length`); each
+  example then comes from that length's own stream. With one length per
+  batch, the trainer's token-mean loss over `loss_mask` is their loss (the
+  mean over the batch and the output positions).
+
+Either way a batch is a pure function of (seed, step, process layout), so
+resuming needs only the step. Each batch is padded to the smallest length
+bucket that holds the longest example of the global batch
 (so all processes agree on the shape, and the train step compiles once per
 bucket). Lengths are known without generating the examples
 (`Task.sequence_lengths`), so each process only generates its own rows.
@@ -67,14 +83,16 @@ def split_dataset(task: base.Task, split: str) -> grain.MapDataset:
 
 
 def _local_batch(task: base.Task, split: str, buckets: tuple[int, ...], batch_size: int,
-                 process_index: int, global_indices: np.ndarray) -> dict[str, np.ndarray]:
+                 process_index: int, global_indices: np.ndarray, length: int | None = None,
+                 unbounded: bool = False) -> dict[str, np.ndarray]:
   """This process's rows of a global batch of indices, padded to its bucket."""
-  longest = task.sequence_lengths(split, global_indices).max(initial=1)
+  longest = task.sequence_lengths(split, global_indices, length).max(initial=1)
   width = buckets[np.searchsorted(buckets, longest)]
   local = global_indices[process_index * batch_size : (process_index + 1) * batch_size]
   if not local.size:
     return base.empty_batch(batch_size, width)
-  return base.pad_rows(task.batch(split, local, width), batch_size)
+  return base.pad_rows(task.batch(split, local, width, length=length, unbounded=unbounded),
+                       batch_size)
 
 
 def train_indices(step: int, *, global_batch_size: int, size: int, seed: int) -> np.ndarray:
@@ -89,25 +107,68 @@ def train_indices(step: int, *, global_batch_size: int, size: int, seed: int) ->
   return indices
 
 
+def fresh_indices(step: int, *, global_batch_size: int) -> np.ndarray:
+  """Example indices of the global batch of `step` in an endless stream: each used once."""
+  return step * global_batch_size + np.arange(global_batch_size, dtype=np.int64)
+
+
+def batch_length(step: int, *, seed: int, min_length: int, max_length: int) -> int:
+  """The length of every example of step `step` under the original's curriculum:
+  uniform in [min_length, max_length], a pure function of (seed, step)."""
+  key = base.stream_key(seed, "curriculum")
+  return int(base.uniform_integers(key, np.array([step]), min_length, max_length)[0])
+
+
+EXAMPLES = ("finite", "fresh")
+LENGTHS = ("per_example", "per_batch")
+
+
+def check_sampling(task: base.Task, examples: str, lengths: str):
+  """A ValueError naming the key unless the training-data choices are known and fit the task."""
+  if examples not in EXAMPLES:
+    raise ValueError(f"data.examples={examples!r}: must be one of {EXAMPLES}")
+  if lengths not in LENGTHS:
+    raise ValueError(f"data.lengths={lengths!r}: must be one of {LENGTHS}")
+  if lengths == "per_batch" and not task.supports_length:
+    raise ValueError(f"data.lengths='per_batch': task {task.name} draws no examples at a given "
+                     "length (use 'per_example')")
+
+
 def train_dataset(task: base.Task, *, batch_size_per_process: int, seed: int,
                   buckets: Sequence[int], process_index: int = 0, process_count: int = 1,
-                  start_step: int = 0) -> grain.IterDataset:
+                  start_step: int = 0, examples: str = "finite",
+                  lengths: str = "per_example") -> grain.IterDataset:
   """Endless training batches of this process, from step `start_step` on.
 
-  Deterministic given `seed` (the order; the examples themselves come from
-  the task's seed) and the process layout.
+  Deterministic given `seed` (the order, and the lengths per batch; the
+  examples themselves come from the task's seed) and the process layout.
+  `examples` and `lengths`: see the module docstring.
   """
   _check_layout(batch_size_per_process, process_index, process_count)
+  check_sampling(task, examples, lengths)
   if start_step < 0:
     raise ValueError(f"start_step={start_step}: must be >= 0")
   buckets = check_buckets(buckets, task.max_sequence_length("train"))
-  indices_of_step = functools.partial(
-      train_indices, global_batch_size=batch_size_per_process * process_count,
-      size=task.split("train").size, seed=seed)
+  global_batch_size = batch_size_per_process * process_count
+  if examples == "fresh":
+    indices_of_step = functools.partial(fresh_indices, global_batch_size=global_batch_size)
+  else:
+    indices_of_step = functools.partial(
+        train_indices, global_batch_size=global_batch_size, size=task.split("train").size,
+        seed=seed)
+  spec = task.split("train")
+  length_of_step = functools.partial(
+      batch_length, seed=seed, min_length=spec.min_length, max_length=spec.max_length)
   local_batch = functools.partial(
-      _local_batch, task, "train", buckets, batch_size_per_process, process_index)
+      _local_batch, task, "train", buckets, batch_size_per_process, process_index,
+      unbounded=examples == "fresh")
+
+  def batch_of_step(step):
+    length = length_of_step(step) if lengths == "per_batch" else None
+    return local_batch(indices_of_step(step), length)
+
   return (grain.MapDataset.range(start_step, sys.maxsize)
-          .map(lambda step: local_batch(indices_of_step(step)))
+          .map(batch_of_step)
           .to_iter_dataset(READ_OPTIONS))
 
 
