@@ -118,10 +118,9 @@ def spectrum_table(groups: dict) -> str:
     spectra = [s["spectrum"] for s in runs.values() if s.get("spectrum")]
     if not spectra:
       continue
-    interval = lambda key: _fmt_interval(stats.seed_interval([sp[key] for sp in spectra]))
-    rows.append([f"{group} ({arm})", str(len(spectra)), interval("drift"),
-                 interval("harmonic_score"), interval("fraction_explained"),
-                 interval("geometric_score")])
+    rows.append([f"{group} ({arm})", str(len(spectra))] + [
+        _fmt_interval(stats.seed_interval([sp[key] for sp in spectra]))
+        for key in ("drift", "harmonic_score", "fraction_explained", "geometric_score")])
   return _markdown(rows) if len(rows) > 2 else ""
 
 
