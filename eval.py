@@ -5,6 +5,7 @@ r"""Evaluates trained runs: `python eval.py --workdir DIR`.
   python eval.py --workdir DIR \
       --dyck_file ../shared/external/dyck-yao2021/k8_m20.test   # published data
   python eval.py --workdir DIR --spectrum          # + spectral analysis and plots
+  python eval.py --workdir DIR --che_per_length=512   # Chomsky tasks: the paper's CHE protocol
   python eval.py --compare runs/a runs/b runs/c    # one markdown table + one PNG
 
 Prints a table and writes `DIR/eval/results.json` (schema: the docstring of
@@ -30,6 +31,14 @@ _NUM_EXAMPLES = flags.DEFINE_integer(
     "num_examples", None, "Examples per task split (default: the whole split).")
 _DYCK_FILE = flags.DEFINE_multi_string(
     "dyck_file", [], "A published Dyck file (Yao et al. 2021 format) to score on.")
+_CHE = flags.DEFINE_bool(
+    "che", None, "Deletang et al.'s protocol (every test length, --che_per_length examples "
+    "each; score = mean of per-length accuracies). Default: on for Chomsky-hierarchy tasks "
+    "unless --splits or --dyck_file is given.")
+_CHE_STRIDE = flags.DEFINE_integer("che_stride", 1, "CHE protocol: every n-th test length.",
+                                   lower_bound=1)
+_CHE_PER_LENGTH = flags.DEFINE_integer(
+    "che_per_length", 32, "CHE protocol: examples per length (the paper: 512).", lower_bound=1)
 _SPECTRUM = flags.DEFINE_bool(
     "spectrum", False, "Add the spectral analysis (harmonic fits, plots) of the trajectory.")
 _COMPARE = flags.DEFINE_string(
@@ -58,6 +67,8 @@ def main(argv):
   evaluate.evaluate(
       _WORKDIR.value, step=_STEP.value, splits=_SPLITS.value, num_examples=_NUM_EXAMPLES.value,
       dyck_files=_DYCK_FILE.value, spectrum=_SPECTRUM.value, out=_OUT.value,
+      che=_CHE.value, che_protocol=evaluate.CheProtocol(stride=_CHE_STRIDE.value,
+                                                        per_length=_CHE_PER_LENGTH.value),
       memory_budget=_MEMORY_BUDGET_MB.value << 20, max_batch_size=_BATCH_SIZE.value)
   return 0
 

@@ -106,6 +106,8 @@ class TaskSpec:
   `overrides`: `((config key, value), ...)` for every run of the task.
   `max_steps`, `interval`: the calibration's longest run and evaluation interval.
   `eval_args`: extra `eval.py` flags (e.g. `--num_examples=2000`).
+  `che`: `(stride, examples per length)` of the CHE protocol (Chomsky tasks),
+  whose results are the split `che`; None for tasks without it (Dyck).
   `published`: `((file name in PUBLISHED_DIR, max lines or None), ...)`: Dyck
   files to score on; a capped file is an evenly spaced subset of its lines.
   """
@@ -117,6 +119,7 @@ class TaskSpec:
   eval_args: tuple[str, ...] = ()
   published: tuple[tuple[str, int | None], ...] = ()
   variant: str = ""
+  che: tuple[int, int] | None = None
 
   @property
   def config(self) -> str:
@@ -125,7 +128,7 @@ class TaskSpec:
 
   @property
   def split_names(self) -> tuple[str, ...]:
-    return self.splits + tuple(f for f, _ in self.published)
+    return self.splits + tuple(f for f, _ in self.published) + (("che",) if self.che else ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +187,9 @@ class Run:
                f"--splits={','.join(self.task.splits)}", *self.task.eval_args]
     for file_name, max_lines in self.task.published:
       command.append(f"--dyck_file={published_file(out, file_name, max_lines)}")
+    if self.task.che:
+      stride, per_length = self.task.che
+      command += ["--che", f"--che_stride={stride}", f"--che_per_length={per_length}"]
     if self.kind in SPECTRAL_KINDS:
       command.append("--spectrum")
     return command
@@ -237,6 +243,8 @@ _DYCK_SPLITS = ("valid", "test_length", "test_depth")
 _CHE_TASKS = ("reverse_string", "duplicate_string", "odds_first", "missing_duplicate_string",
               "cycle_navigation", "even_pairs", "bucket_sort", "stack_manipulation",
               "modular_arithmetic", "parity_check")
+# Every 5th test length (41, 46, .., 496), 32 examples each: 92 lengths.
+_CHE_PROTOCOL = (5, 32)
 _SENSITIVITY = (
     ("bifocal_heads", "slr1e-3", (("spectral.learning_rate", 1e-3),)),
     ("bifocal_heads", "slr1e-1", (("spectral.learning_rate", 1e-1),)),
@@ -262,9 +270,10 @@ PRESETS = {
         tasks=(
             TaskSpec("dyck", _DYCK_SPLITS, overrides=_cpu_model(), max_steps=2000,
                      published=(("k8_m5.test", 400), ("k8_m10.test", 100), ("k8_m20.test", 25))),
-            TaskSpec("modular_arithmetic_brackets_depth", _DYCK_SPLITS,
-                     overrides=_cpu_model(), max_steps=3000),
-            *(TaskSpec(name, overrides=_cpu_model(), max_steps=3000) for name in _CHE_TASKS),
+            TaskSpec("modular_arithmetic_brackets_depth", ("valid", "test_depth"),
+                     overrides=_cpu_model(), max_steps=3000, che=_CHE_PROTOCOL),
+            *(TaskSpec(name, ("valid",), overrides=_cpu_model(), max_steps=3000,
+                       che=_CHE_PROTOCOL) for name in _CHE_TASKS),
         ),
         kinds=tuple(KINDS), seeds=(0, 1, 2, 3, 4),
         protocol_tasks=("dyck", "modular_arithmetic_brackets_depth"), sensitivity=_SENSITIVITY),

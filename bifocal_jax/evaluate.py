@@ -19,11 +19,15 @@ the file: splits evaluated now replace those of the same name, and results of
 another checkpoint step are dropped.
 
   workdir, step, task, position_kind
-  che_score       mean over the distinct sequence lengths of the task's test
-                  splits (names `test*`, pooled) of the per-token accuracy at
-                  that length (Deletang et al.'s CHE score); null if none
+  che_score       Deletang et al.'s score: the mean over lengths of per-length
+                  token accuracy, from the CHE protocol's entry `che`
+                  (`CheProtocol`) if evaluated, else from `test_length`;
+                  never pooled with other splits; null if neither
+  che_ci95        its 95% bootstrap interval
   splits: {name: split results}   task splits by name; published files by
-                                  their file name (e.g. `k8_m20.test`)
+                                  their file name (e.g. `k8_m20.test`); the
+                                  CHE protocol as `che` (with its `split`,
+                                  `stride`, `per_length`)
   spectrum        with --spectrum: `analysis.spectrum_report` plus `plots`
                   ({name: PNG path})
 
@@ -238,6 +242,39 @@ def close_ids(task) -> tuple[int, ...] | None:
   return None if ids is None else tuple(int(i) for i in ids)
 
 
+def class_ids(task) -> tuple[int, ...] | None:
+  """The token ids accuracy's argmax ranges over: a Chomsky-hierarchy task's
+  output classes (as the original scores); None (the whole vocabulary) otherwise."""
+  ids = getattr(task, "output_ids", None)
+  return None if ids is None else tuple(int(i) for i in ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheProtocol:
+  """Deletang et al.'s evaluation of a Chomsky-hierarchy task.
+
+  Every `stride`-th length of `split`'s range (41..500 for `test_length`),
+  `per_length` examples at each (their own random stream per length); the
+  score is the mean over lengths of each length's token accuracy (argmax over
+  the task's output classes). The original uses stride 1 and 512 examples per
+  length; 32 keeps the score's 95% interval within about +-0.01 at stride 1.
+  """
+  split: str = "test_length"
+  stride: int = 1
+  per_length: int = 32
+
+  def lengths(self, task) -> range:
+    spec = task.split(self.split)
+    return range(spec.min_length, spec.max_length + 1, self.stride)
+
+  def check(self, task) -> None:
+    if self.stride < 1 or self.per_length < 1:
+      raise ValueError(f"che protocol: stride={self.stride} and per_length={self.per_length} "
+                       "must be >= 1")
+    if not getattr(task, "supports_length", False):
+      raise ValueError(f"che protocol: task {task.name!r} draws no examples at a given length")
+
+
 class Evaluator:
   """Scores parameters of one `Setup` on its task's splits and on published files.
 
@@ -253,7 +290,8 @@ class Evaluator:
     self.memory_budget = memory_budget
     self.max_batch_size = max_batch_size or setup.config.eval_batch_size
     self.eval_step = sharding_lib.compile_ahead(
-        steps.make_eval_step(setup, close_ids=close_ids(setup.task)), "eval_step")
+        steps.make_eval_step(setup, close_ids=close_ids(setup.task),
+                             class_ids=class_ids(setup.task)), "eval_step")
     self.rng = jax.random.key(setup.config.seed + 1)
 
   def with_batching(self, *, memory_budget: int | None = None,
@@ -301,6 +339,28 @@ class Evaluator:
     with jax.set_mesh(self.setup.mesh):
       results = score_batches(batches, lambda batch: self.counts(params, batch))
     return dict(source="task", **results)
+
+  def che_protocol(self, params, protocol: CheProtocol = CheProtocol()) -> dict:
+    """Split results of `protocol` (one process): `by_length` is the curve of
+    per-length accuracies, `che_score` their mean, with its interval in `ci95`."""
+    task = self.setup.task
+    protocol.check(task)
+    widths = length_buckets()
+
+    def batches():
+      for n in protocol.lengths(task):
+        longest = int(task.sequence_lengths(protocol.split, np.zeros(1, np.int64), n)[0])
+        width = widths[np.searchsorted(widths, longest)]
+        rows = self.batch_size(width)
+        for start in range(0, protocol.per_length, rows):
+          indices = np.arange(start, min(start + rows, protocol.per_length))
+          batch = task.batch(protocol.split, indices, width, length=n, unbounded=True)
+          yield base.pad_rows(batch, rows)
+
+    with jax.set_mesh(self.setup.mesh):
+      results = score_batches(batches(), lambda batch: self.counts(params, batch))
+    return dict(source="che_protocol", split=protocol.split, stride=protocol.stride,
+                per_length=protocol.per_length, **results)
 
   def dyck_file(self, params, path: str) -> dict:
     """Split results on a published Dyck file (one process)."""
@@ -363,19 +423,18 @@ def load_run(workdir: str, *, step: int | None = None,
   return Run(workdir, config, evaluator, state["params"], int(step))
 
 
-def che_score(splits: dict[str, dict]) -> float | None:
-  """Mean over the test splits' distinct lengths of the pooled token accuracy."""
-  correct: dict[str, float] = {}
-  tokens: dict[str, float] = {}
-  for name, r in splits.items():
-    if r.get("source") != "task" or not name.startswith("test"):
-      continue
-    for length, n in r["by_length_tokens"].items():
-      correct[length] = correct.get(length, 0.0) + r["by_length"][length] * n
-      tokens[length] = tokens.get(length, 0.0) + n
-  if not tokens:
-    return None
-  return float(np.mean([correct[k] / tokens[k] for k in tokens]))
+CHE_RESULTS = "che"  # the name of the CHE protocol's entry in `splits`
+
+
+def che_score(splits: dict[str, dict]) -> tuple[float | None, list[float] | None]:
+  """The run's CHE score and its 95% interval: the protocol's (`CheProtocol`)
+  when it was evaluated, else `test_length`'s mean over its lengths; never
+  pooled with other splits (`test_depth` is reported on its own)."""
+  for name in (CHE_RESULTS, "test_length"):
+    r = splits.get(name)
+    if r is not None and r.get("che_score") is not None:
+      return r["che_score"], r.get("ci95", {}).get("che_score")
+  return None, None
 
 
 def results_path(workdir: str) -> str:
@@ -384,16 +443,20 @@ def results_path(workdir: str) -> str:
 
 def evaluate(workdir: str | Run, *, step: int | None = None, splits: Sequence[str] | None = None,
              num_examples: int | None = None, dyck_files: Sequence[str] = (),
-             spectrum: bool = False, out: str | None = None,
-             memory_budget: int = DEFAULT_MEMORY_BUDGET, max_batch_size: int | None = None,
-             log: Callable[[str], None] = print) -> dict:
+             che: bool | None = None, che_protocol: CheProtocol = CheProtocol(),
+             spectrum: bool = False,
+             out: str | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET,
+             max_batch_size: int | None = None, log: Callable[[str], None] = print) -> dict:
   """Evaluates a run and writes (merges into) its results JSON; returns the results.
 
   `workdir`: a run directory (its checkpoint at `step`, default the latest, is
   restored) or an already restored `Run`.
   `splits`: task splits to score (default: every held-out one, i.e. all but
   `train`; none by default when `dyck_files` are given). `num_examples`: cap
-  per task split. `spectrum`: add the spectral analysis and its plots.
+  per task split. `che`: evaluate `che_protocol` (by default, for tasks that
+  draw examples at a given length when neither `splits` nor `dyck_files` is
+  given; it takes the place of sampling its split). `spectrum`: add the
+  spectral analysis and its plots.
   """
   if isinstance(workdir, Run):
     run = workdir
@@ -402,13 +465,20 @@ def evaluate(workdir: str | Run, *, step: int | None = None, splits: Sequence[st
   else:
     run = load_run(workdir, step=step)
   task = run.setup.task
+  if che is None:
+    che = splits is None and not dyck_files and getattr(task, "supports_length", False)
+  che = che_protocol if che else None
   if splits is None:
-    splits = () if dyck_files else tuple(n for n in task.split_names if n != "train")
+    splits = () if dyck_files else tuple(
+        n for n in task.split_names if n != "train" and not (che and n == che.split))
   for name in splits:
     task.split(name)  # a clear error for an unknown split, before any work
+  if che:
+    che.check(task)
   out = out or results_path(run.workdir)
   results = dict(workdir=run.workdir, step=run.step, task=task.name,
-                 position_kind=run.config.position.kind, che_score=None, splits={})
+                 position_kind=run.config.position.kind, che_score=None, che_ci95=None,
+                 splits={})
   if os.path.exists(out):
     with open(out) as f:
       previous = json.load(f)
@@ -426,7 +496,12 @@ def evaluate(workdir: str | Run, *, step: int | None = None, splits: Sequence[st
   for path in dyck_files:
     results["splits"][os.path.basename(path)] = evaluator.dyck_file(run.params, path)
     log(f"evaluated {path}")
-  results["che_score"] = che_score(results["splits"])
+  if che:
+    results["splits"][CHE_RESULTS] = curve = evaluator.che_protocol(run.params, che)
+    curve["plot"] = plot_che_curve(curve, os.path.join(os.path.dirname(out), "che_curve.png"))
+    log(f"evaluated the CHE protocol: {len(che.lengths(task))} lengths of {che.split} x "
+        f"{che.per_length} examples")
+  results["che_score"], results["che_ci95"] = che_score(results["splits"])
 
   if spectrum:
     recorded_steps, frequencies = analysis.load_trajectory(run.workdir, step=run.step)
@@ -566,6 +641,26 @@ def compare(workdirs: Sequence[str], *, out: str | None = None,
   log(markdown)
   log(f"wrote {out} and {png}")
   return markdown, png
+
+
+def plot_che_curve(che_results: dict, path: str) -> str:
+  """Accuracy against length of the CHE protocol's entry, and its score."""
+  plt = analysis.plt
+  lengths = sorted(int(k) for k in che_results["by_length"])
+  fig, ax = plt.subplots(figsize=(6, 3.5))
+  ax.plot(lengths, [che_results["by_length"][str(n)] for n in lengths], marker=".", ms=3)
+  ax.axhline(che_results["che_score"], color="gray", lw=0.8, ls="--",
+             label=f"score {che_results['che_score']:.3f} (mean over lengths)")
+  ax.set_xlabel(f"length ({che_results['split']}, every {che_results['stride']}, "
+                f"{che_results['per_length']} examples each)")
+  ax.set_ylabel("token accuracy")
+  ax.set_ylim(-0.02, 1.02)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, dpi=100, bbox_inches="tight")
+  plt.close(fig)
+  return path
 
 
 def _plot_compare(names: Sequence[str], runs: Sequence[dict], path: str) -> str:

@@ -23,15 +23,23 @@ def masked_cross_entropy(logits_BxLxV, targets_BxL, mask_BxL):
   return (nll * mask_BxL).sum() / jnp.maximum(weight, 1.0), weight
 
 
-def accuracy_counts(logits_BxLxV, targets_BxL, mask_BxL, *, close_ids=None, ratio=0.8):
+def accuracy_counts(logits_BxLxV, targets_BxL, mask_BxL, *, close_ids=None, class_ids=None,
+                    ratio=0.8):
   """Per-example counts: correct tokens, masked tokens, and for Dyck the
   Yao et al. closing-bracket score (p(correct close) / p(any close) > ratio).
 
+  `class_ids`: the token ids the argmax ranges over (a Chomsky-hierarchy
+  task's output classes, as the original scores); default the whole vocabulary.
   Returns a dict of `[B]` arrays: `token_correct`, `token_total`, and when
   `close_ids` is given `close_correct`.
   """
   mask = mask_BxL > 0
-  hit = (logits_BxLxV.argmax(-1) == targets_BxL) & mask
+  if class_ids is None:
+    predicted_BxL = logits_BxLxV.argmax(-1)
+  else:
+    class_ids = jnp.asarray(class_ids)
+    predicted_BxL = class_ids[logits_BxLxV[..., class_ids].argmax(-1)]
+  hit = (predicted_BxL == targets_BxL) & mask
   out = dict(token_correct=hit.sum(-1), token_total=mask.sum(-1))
   if close_ids is not None:
     probs = jax.nn.softmax(logits_BxLxV.astype(jnp.float32), axis=-1)

@@ -46,7 +46,8 @@ def grad_norms(grads) -> tuple[jax.Array, jax.Array]:
   return jnp.sqrt(sums[optim.BASE]), jnp.sqrt(sums[optim.SPECTRAL])
 
 
-def loss_and_counts(s: Setup, params, batch, rng, *, train: bool, close_ids=None):
+def loss_and_counts(s: Setup, params, batch, rng, *, train: bool, close_ids=None,
+                    class_ids=None):
   """`(mean masked cross-entropy, (its weight, per-example accuracy counts))`.
 
   The loss covers `loss_mask` (for the Chomsky-hierarchy tasks also the
@@ -55,7 +56,7 @@ def loss_and_counts(s: Setup, params, batch, rng, *, train: bool, close_ids=None
   logits = s.model(params)(batch["inputs"], batch["valid"], rng=rng, train=train)
   loss, weight = metrics_lib.masked_cross_entropy(logits, batch["targets"], batch["loss_mask"])
   counts = metrics_lib.accuracy_counts(logits, batch["targets"], batch["mask"],
-                                       close_ids=close_ids)
+                                       close_ids=close_ids, class_ids=class_ids)
   return loss, (weight, counts)
 
 
@@ -139,15 +140,15 @@ def make_train_step(s: Setup):
       donate_argnums=(0,))
 
 
-def make_eval_step(s: Setup, *, close_ids=None):
+def make_eval_step(s: Setup, *, close_ids=None, class_ids=None):
   """`counts = eval_step(params, batch, rng)` on a global batch of `EVAL_FIELDS`:
-  per-example accuracy counts (`metrics.accuracy_counts`), `loss_sum`, and
-  each row's `length`, `depth` and `row_valid` (holds an example), all
-  replicated so that every process can read them."""
+  per-example accuracy counts (`metrics.accuracy_counts`, argmax over
+  `class_ids`), `loss_sum`, and each row's `length`, `depth` and `row_valid`
+  (holds an example), all replicated so that every process can read them."""
 
   def eval_step(params, batch, rng):
     loss, (weight, counts) = loss_and_counts(s, params, batch, rng, train=False,
-                                             close_ids=close_ids)
+                                             close_ids=close_ids, class_ids=class_ids)
     return dict(counts, loss_sum=loss * weight, length=batch["length"], depth=batch["depth"],
                 row_valid=batch["valid"].any(-1))
 

@@ -14,6 +14,7 @@ import pytest
 from bifocal_jax import config as config_lib
 from bifocal_jax import evaluate
 from bifocal_jax import metrics
+from bifocal_jax import tasks
 from bifocal_jax import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,10 +83,9 @@ def test_results_schema(trained, evaluated):
     spec = config[name]
     assert spec.min_length <= min(lengths) and max(lengths) <= spec.max_length
     assert spec.min_depth <= min(depths) and max(depths) <= spec.max_depth
-  # CHE pools the two test splits' lengths.
-  expected = evaluate.che_score({k: v for k, v in r["splits"].items() if k != "valid"})
-  assert r["che_score"] == pytest.approx(expected)
-  assert r["che_score"] != pytest.approx(r["splits"]["valid"]["che_score"])
+  # Dyck has no CHE protocol: the run's CHE score is test_length's, never pooled with test_depth.
+  assert r["che_score"] == r["splits"]["test_length"]["che_score"]
+  assert r["che_ci95"] == r["splits"]["test_length"]["ci95"]["che_score"]
   # The spectrum: one fit per layer and spectral head of the bifocal model.
   spectrum = r["spectrum"]
   assert spectrum["step"] == 30 and spectrum["drift"] > 0
@@ -302,3 +302,52 @@ def test_chance_predictors_on_published_data(published_batches):
   assert abs(guess["token_accuracy"] - 1 / 8) < 4 * sigma
   assert guess["close_accuracy"] == guess["token_accuracy"]
   assert guess["sequence_accuracy"] == 0.0
+
+
+# ----------------------------------------------------------------------------
+# The CHE protocol of Deletang et al. (Chomsky-hierarchy tasks).
+# ----------------------------------------------------------------------------
+
+
+def test_argmax_ranges_over_the_task_output_classes():
+  # Token 3 has the highest logit, but only tokens 5 and 6 are classes: 6 is predicted.
+  logits = jax.numpy.array([[[0.0, 0, 0, 9.0, 0, 1.0, 2.0]]])
+  targets, mask = jax.numpy.array([[6]]), jax.numpy.ones((1, 1))
+  assert int(metrics.accuracy_counts(logits, targets, mask)["token_correct"][0]) == 0
+  counts = metrics.accuracy_counts(logits, targets, mask, class_ids=(5, 6))
+  assert int(counts["token_correct"][0]) == 1
+
+
+@pytest.fixture(scope="module")
+def reverse_string_run(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("reverse_string"))
+  config = config_lib.load_file(os.path.join(ROOT, "configs", "reverse_string.py"), "tiny")
+  config.buckets = (48,)
+  train.train_and_evaluate(config, workdir)
+  return evaluate.load_run(workdir)
+
+
+def test_che_protocol_scores_every_length_and_averages_them(reverse_string_run, tmp_path):
+  run = reverse_string_run
+  protocol = evaluate.CheProtocol(stride=3, per_length=5)
+  r = evaluate.evaluate(run, che_protocol=protocol, **quiet(out=str(tmp_path / "r.json")))
+  # The protocol replaces sampling test_length; valid is scored on its own.
+  assert set(r["splits"]) == {"valid", "che"}
+  che = r["splits"]["che"]
+  assert (che["source"], che["split"], che["stride"], che["per_length"]) == (
+      "che_protocol", "test_length", 3, 5)
+  assert sorted(int(k) for k in che["by_length"]) == list(range(13, 25, 3))  # tiny: 13..24
+  assert che["examples"] == 5 * 4
+  # reverse_string outputs n symbols: every length is scored on 5 * n tokens.
+  assert {k: v for k, v in che["by_length_tokens"].items()} == {
+      str(n): 5 * n for n in range(13, 25, 3)}
+  assert r["che_score"] == che["che_score"] == pytest.approx(np.mean(list(
+      che["by_length"].values())))
+  lo, hi = r["che_ci95"]
+  assert lo <= r["che_score"] <= hi
+  assert os.path.getsize(che["plot"]) > 3000
+  # Examples at a length are their own stream: the same on a second evaluation.
+  again = run.evaluator.che_protocol(run.params, protocol)
+  assert again["by_length"] == che["by_length"]
+  with pytest.raises(ValueError, match="draws no examples at a given length"):
+    evaluate.CheProtocol().check(tasks.get_task(tiny_config().task))  # Dyck

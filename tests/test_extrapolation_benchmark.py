@@ -65,6 +65,10 @@ def test_commands_carry_kind_arm_and_settings():
   train = surgery.train_command("/o", 400)
   assert "--config.init_from=/o/odds_first/scratch/rope/seed0" in train
   assert "--config.steps=200" in train  # half the budget, further
+  che_task = ex.TaskSpec("odds_first", ("valid",), che=(5, 32))
+  assert che_task.split_names == ("valid", "che")
+  assert ex.Run(che_task, "rope", 0).eval_command("/o")[-3:] == [
+      "--che", "--che_stride=5", "--che_per_length=32"]
   frozen = PRESET.runs()[-1]
   assert "--config.spectral.freeze_steps=200" in frozen.train_command("/o", 400)
   assert "--config.steps=400" in frozen.train_command("/o", 400)
