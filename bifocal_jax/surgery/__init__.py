@@ -21,7 +21,8 @@ Models whose attention calls a rotary *function* instead are converted by the
 per-library adapters beside this file: `tunix_models` (tunix's Gemma 3,
 Llama 3, Qwen 3, found and converted by `spectralize` itself),
 `gemma_linen` (the `gemma` library's Linen models, a wrapper) and
-`maxtext_rope` (MaxText-style rotary modules).
+`maxtext_rope` (MaxText's rotary modules, found and converted by
+`spectralize` too).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from flax import nnx
 
 from bifocal_jax import attention as attention_lib
 from bifocal_jax.rope import BifocalRoPE, GeometricRoPE, SpectralRoPE, apply_rope
-from bifocal_jax.surgery import tunix_models
+from bifocal_jax.surgery import maxtext_rope, tunix_models
 
 FIXED_ROPES = (nnx.RoPE, GeometricRoPE)
 
@@ -150,12 +151,15 @@ def spectralize(
     spectral_pairs: int | None = None,
     embedding_size: int | None = None,
     spectrum: Literal["kv_heads", "heads", "shared"] | None = None,
+    stacked_layers: int | None = None,
 ) -> int:
   """Replaces every fixed RoPE in `model` by a spectral one; returns how many.
 
   tunix's Gemma 3, Llama 3 and Qwen 3 attention layers (which call a rotary
   function) are converted too, each with its own spectrum initialised from
-  the base and scale factor it uses (`tunix_models`); each counts as one.
+  the base and scale factor it uses (`tunix_models`); each counts as one. So
+  are MaxText's rotary modules (`maxtext_rope`: shared spectra, or per head
+  with `per_head=True, num_heads=...`).
 
   Args:
     model: any NNX module graph; changed in place.
@@ -174,6 +178,8 @@ def spectralize(
       per query head; `per_head=True` means the same; refused under
       grouped-query attention) or `"shared"`. `filter` sees a tunix layer
       as `(path of its attention layer, layer)`.
+    stacked_layers: for MaxText layers built under `nnx.vmap`/`nnx.scan`
+      (parameters stacked `[layers, ...]`): the number of layers.
 
   Per-head and bifocal spectra change how a rope is called, so they are
   allowed only where this module controls the call: attention partials, and
@@ -244,9 +250,19 @@ def spectralize(
         model, spectrum=spectrum or ("heads" if per_head else "kv_heads"), predicate=predicate)
   elif spectrum is not None:
     raise ValueError(f"spectrum={spectrum!r} applies to tunix models only; use per_head/split")
+  if maxtext_rope.sites(model):
+    if split is not None:
+      raise ValueError(f"split={split!r} is not available for MaxText rotary modules")
+    if per_head and num_heads is None:
+      raise ValueError("per_head for MaxText rotary modules needs num_heads= (they do not know it)")
+    converted += maxtext_rope.convert(model, num_heads=num_heads if per_head else None,
+                                      stacked_layers=stacked_layers, predicate=predicate)
+  elif stacked_layers is not None:
+    raise ValueError(f"stacked_layers={stacked_layers!r} applies to MaxText rotary modules only")
   if not replacements and not converted:
     raise ValueError(
-        f"spectralize found no nnx.RoPE or GeometricRoPE (nor a tunix attention layer) in "
+        f"spectralize found no nnx.RoPE or GeometricRoPE (nor a tunix attention layer or MaxText "
+        f"rotary module) in "
         f"{type(model).__name__}" + ("" if filter is None else f" matching filter={filter!r}"))
   for parent, key, new, in_partial in replacements:
     if isinstance(parent, (nnx.List, nnx.Dict, list, dict)):
