@@ -69,23 +69,6 @@ class RatioSpectrum(nnx.Module):
     return original * jnp.exp(self.log_frequency_ratio[...])
 
 
-def ratio_for_heads(spectrum: RatioSpectrum, heads: int, *, num_heads: int,
-                    num_kv_heads: int, where: str) -> jax.Array:
-  """`spectrum.ratio()` laid out for a tensor of `heads` heads: `[heads or 1, pairs]`.
-
-  A per-KV-head spectrum serves query head `n` with its KV head's spectrum,
-  `n // (num_heads // num_kv_heads)`, as grouped-query attention pairs them.
-  """
-  ratio = spectrum.ratio()
-  if ratio.shape[0] == 1 or ratio.shape[0] == heads:
-    return ratio
-  if heads == num_heads and ratio.shape[0] == num_kv_heads:
-    return jnp.repeat(ratio, num_heads // num_kv_heads, axis=0)
-  raise ValueError(
-      f"the rotary call at {where} got {heads} heads, but its spectrum has {ratio.shape[0]} "
-      f"(num_heads={num_heads}, num_kv_heads={num_kv_heads})")
-
-
 # ----------------------------------------------------------------------------
 # Redirecting a module-level rotary function that a host's method calls.
 # ----------------------------------------------------------------------------

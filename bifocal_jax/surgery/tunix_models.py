@@ -101,9 +101,17 @@ def host_angles(positions: jax.Array, head_dim: int, base: float, scale: float) 
   return angles / scale if scale != 1.0 else angles
 
 
-def rotate_like_host(x: jax.Array, angles: jax.Array, trig_in_input_dtype: bool) -> jax.Array:
-  """tunix's rotation of `x: [B, L, heads, head_dim]` (half layout) by `angles`."""
+def rotate_like_host(x: jax.Array, angles: jax.Array, trig_in_input_dtype: bool,
+                     repeat: int = 1) -> jax.Array:
+  """tunix's rotation of `x: [B, L, heads, head_dim]` (half layout) by `angles`.
+
+  `repeat` > 1: `angles` has one head per group of `repeat` heads of `x`
+  (a per-KV-head spectrum on queries); the sines and cosines are computed per
+  group and repeated, so queries and keys share one computation of them.
+  """
   sin, cos = jnp.sin(angles), jnp.cos(angles)
+  if repeat > 1:
+    sin, cos = jnp.repeat(sin, repeat, axis=-2), jnp.repeat(cos, repeat, axis=-2)
   if trig_in_input_dtype:
     sin, cos = sin.astype(x.dtype), cos.astype(x.dtype)
   first_half, second_half = jnp.split(x, 2, axis=-1)
@@ -152,10 +160,16 @@ def _dispatcher(family: Family, original, where: str):
           f"scale={rope.scale_factor}, head_dim={rope.head_dim}")
     if scale < 1.0:
       raise ValueError(f"scale_factor must be >= 1.0, got {scale}")
-    ratio = hosts.ratio_for_heads(rope, x.shape[-2], num_heads=rope.num_heads,
-                                  num_kv_heads=rope.num_kv_heads, where=rope.site)
+    ratio = rope.ratio()  # [spectrum heads or 1, pairs]
+    heads = x.shape[-2]
+    if ratio.shape[0] not in (1, heads) and (heads, ratio.shape[0]) != (
+        rope.num_heads, rope.num_kv_heads):
+      raise ValueError(f"the rotary call at {rope.site} got {heads} heads, but its spectrum "
+                       f"has {ratio.shape[0]} (num_heads={rope.num_heads}, "
+                       f"num_kv_heads={rope.num_kv_heads})")
     angles = host_angles(positions, rope.head_dim, base, scale) * ratio
-    return rotate_like_host(x, angles, family.trig_in_input_dtype)
+    repeat = heads // ratio.shape[0] if ratio.shape[0] > 1 else 1
+    return rotate_like_host(x, angles, family.trig_in_input_dtype, repeat)
 
   return apply_rope
 
