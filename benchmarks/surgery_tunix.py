@@ -24,7 +24,8 @@ from bifocal_jax import optim, surgery
 from bifocal_jax.surgery import tunix_models
 
 flags.DEFINE_integer("rounds", 15, "Interleaved rounds.")
-flags.DEFINE_integer("calls", 5, "Calls timed per round and candidate.")
+flags.DEFINE_integer("calls", 3, "Train steps timed per round and candidate.")
+flags.DEFINE_integer("decode_calls", 30, "Decode steps timed per round and candidate.")
 flags.DEFINE_boolean("tiny", False, "Smallest sizes (a dry run for the tests).")
 flags.DEFINE_string("out", None, "JSON output path.")
 FLAGS = flags.FLAGS
@@ -97,11 +98,11 @@ def decode_step(model, config, batch_size: int, cache_size: int):
   return lambda: step(state, cache)[0], step
 
 
-def measure(family: str, *, tiny: bool, rounds: int, calls: int) -> dict:
+def measure(family: str, *, tiny: bool, rounds: int, calls: int, decode_calls: int) -> dict:
   original, config, vocab = build(family, tiny)
   converted = nnx.merge(*nnx.split(original))  # same weights, another object
   assert surgery.spectralize(converted) == config.num_layers
-  batch_size, length = (2, 16) if tiny else (8, 128)
+  batch_size, length = (2, 16) if tiny else (4, 128)
   rng = np.random.default_rng(1)
   tokens = jnp.asarray(rng.integers(0, vocab, (batch_size, length)), jnp.int32)
   positions = jnp.broadcast_to(jnp.arange(length)[None], (batch_size, length))
@@ -113,7 +114,8 @@ def measure(family: str, *, tiny: bool, rounds: int, calls: int) -> dict:
     candidates[f"{name} decode"], _ = decode_step(model, config, batch_size, 2 * length)
   for fn in candidates.values():  # compile and warm up
     jax.block_until_ready(fn())
-  times = bench_util.interleave(candidates, repeats=rounds, calls=calls)
+  times = bench_util.interleave(candidates, repeats=rounds, calls={
+      name: decode_calls if "decode" in name else calls for name in candidates})
   result = dict(config=dict(family=family, layers=config.num_layers, width=config.embed_dim,
                             heads=4, kv_heads=2, head_dim=config.head_dim, vocab=vocab,
                             batch=batch_size, length=length, decode_cache=2 * length),
@@ -129,7 +131,9 @@ def measure(family: str, *, tiny: bool, rounds: int, calls: int) -> dict:
 def main(argv):
   del argv
   results = dict(machine=bench_util.machine(), rounds=FLAGS.rounds, calls=FLAGS.calls,
-                 results=[measure(family, tiny=FLAGS.tiny, rounds=FLAGS.rounds, calls=FLAGS.calls)
+                 decode_calls=FLAGS.decode_calls,
+                 results=[measure(family, tiny=FLAGS.tiny, rounds=FLAGS.rounds, calls=FLAGS.calls,
+                                  decode_calls=FLAGS.decode_calls)
                           for family in ("gemma3", "llama3")])
   results["machine_after"] = bench_util.load_average()
   rows = [[r["config"]["family"], f"{r['seconds']['original train'] * 1e3:.2f}",

@@ -140,6 +140,29 @@ def _spectral_rope(rope, *, where: str, embedding_size: int | None, num_heads: i
   return SpectralRoPE(**spectrum, num_heads=num_heads if per_head else None)
 
 
+def _convert_host_layers(model, predicate, *, split, per_head, num_heads, spectrum,
+                         stacked_layers) -> int:
+  """Converts the tunix attention layers and MaxText rotary modules in `model`; how many."""
+  converted = 0
+  if tunix_models.sites(model):
+    if split is not None:
+      raise ValueError(f"split={split!r} is not available for tunix models; use spectrum=")
+    converted = tunix_models.convert(
+        model, spectrum=spectrum or ("heads" if per_head else "kv_heads"), predicate=predicate)
+  elif spectrum is not None:
+    raise ValueError(f"spectrum={spectrum!r} applies to tunix models only; use per_head/split")
+  if maxtext_rope.sites(model):
+    if split is not None:
+      raise ValueError(f"split={split!r} is not available for MaxText rotary modules")
+    if per_head and num_heads is None:
+      raise ValueError("per_head for MaxText rotary modules needs num_heads= (they do not know it)")
+    converted += maxtext_rope.convert(model, num_heads=num_heads if per_head else None,
+                                      stacked_layers=stacked_layers, predicate=predicate)
+  elif stacked_layers is not None:
+    raise ValueError(f"stacked_layers={stacked_layers!r} applies to MaxText rotary modules only")
+  return converted
+
+
 def spectralize(
     model: nnx.Module,
     *,
@@ -242,23 +265,9 @@ def spectralize(
       keywords = {k: v for k, v in value.keywords.items() if k != "rope"}
       new = RotaryAttention(new, value.func, keywords)
     replacements.append((parent, key, new, in_partial))
-  converted = 0
-  if tunix_models.sites(model):
-    if split is not None:
-      raise ValueError(f"split={split!r} is not available for tunix models; use spectrum=")
-    converted = tunix_models.convert(
-        model, spectrum=spectrum or ("heads" if per_head else "kv_heads"), predicate=predicate)
-  elif spectrum is not None:
-    raise ValueError(f"spectrum={spectrum!r} applies to tunix models only; use per_head/split")
-  if maxtext_rope.sites(model):
-    if split is not None:
-      raise ValueError(f"split={split!r} is not available for MaxText rotary modules")
-    if per_head and num_heads is None:
-      raise ValueError("per_head for MaxText rotary modules needs num_heads= (they do not know it)")
-    converted += maxtext_rope.convert(model, num_heads=num_heads if per_head else None,
-                                      stacked_layers=stacked_layers, predicate=predicate)
-  elif stacked_layers is not None:
-    raise ValueError(f"stacked_layers={stacked_layers!r} applies to MaxText rotary modules only")
+  converted = _convert_host_layers(model, predicate, split=split, per_head=per_head,
+                                   num_heads=num_heads, spectrum=spectrum,
+                                   stacked_layers=stacked_layers)
   if not replacements and not converted:
     raise ValueError(
         f"spectralize found no nnx.RoPE or GeometricRoPE (nor a tunix attention layer or MaxText "
