@@ -27,6 +27,7 @@ flags.DEFINE_integer("rounds", 15, "Interleaved rounds.")
 flags.DEFINE_integer("calls", 3, "Train steps timed per round and candidate.")
 flags.DEFINE_integer("decode_calls", 30, "Decode steps timed per round and candidate.")
 flags.DEFINE_boolean("tiny", False, "Smallest sizes (a dry run for the tests).")
+flags.DEFINE_list("families", ["gemma3", "llama3"], "tunix model families to measure.")
 flags.DEFINE_string("out", None, "JSON output path.")
 FLAGS = flags.FLAGS
 
@@ -134,7 +135,7 @@ def main(argv):
                  decode_calls=FLAGS.decode_calls,
                  results=[measure(family, tiny=FLAGS.tiny, rounds=FLAGS.rounds, calls=FLAGS.calls,
                                   decode_calls=FLAGS.decode_calls)
-                          for family in ("gemma3", "llama3")])
+                          for family in FLAGS.families])
   results["machine_after"] = bench_util.load_average()
   rows = [[r["config"]["family"], f"{r['seconds']['original train'] * 1e3:.2f}",
            f"{r['train_ratio']:.3f}", f"{r['seconds']['original decode'] * 1e3:.3f}",

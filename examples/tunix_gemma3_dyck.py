@@ -3,7 +3,7 @@
 1. Build a tiny tunix Gemma 3 (random weights: no checkpoint can be downloaded here; with
    one, load it as tunix documents, then continue from step 2).
 2. `surgery.spectralize(model)`: every attention layer gets its own trainable spectrum
-   (one per KV head), the logits unchanged (checked).
+   (one per KV head), the model's loss unchanged (checked).
 3. Fine-tune on Dyck-(k, m) from `bifocal_jax.tasks` (its grain training pipeline),
    with `optim.spectral_evolution`: AdamW for the weights, the spectra in their own group.
 4. Record every layer's frequencies along the way and plot the trajectory with
@@ -105,9 +105,10 @@ def run(workdir: str, steps: int = 200, record_every: int = 10, batch_size: int 
   task = tasks.get_task(dyck_config())
   model = tiny_gemma3(task.vocab_size)
   probe = task.batch("valid", np.arange(batch_size), WIDTH)
-  before = nnx.jit(forward)(model, probe)
+  evaluate = nnx.jit(loss_and_accuracy)
+  before = float(evaluate(model, probe)[0])
   layers = surgery.spectralize(model)
-  step0_error = float(jnp.max(jnp.abs(nnx.jit(forward)(model, probe) - before)))
+  step0_change = abs(float(evaluate(model, probe)[0]) - before)
 
   tx = optim.spectral_evolution(
       optax.adamw(3e-3, weight_decay=0.01), spectral_learning_rate=3e-2, warmup_steps=10)
@@ -125,12 +126,11 @@ def run(workdir: str, steps: int = 200, record_every: int = 10, batch_size: int 
   np.savez(os.path.join(workdir, "trajectory.npz"), steps=steps_array, frequencies=trajectory)
   analysis.plot_trajectory(steps_array, trajectory, os.path.join(workdir, "trajectory.png"))
 
-  evaluate = nnx.jit(loss_and_accuracy)
   accuracies = [float(evaluate(model, batch)[1])
                 for batch in pipeline.eval_batches(task, "valid", batch_size=batch_size,
                                                    buckets=[WIDTH])]
   summary = dict(
-      converted_layers=layers, step0_max_logit_change=step0_error, steps=steps,
+      converted_layers=layers, step0_loss_change=step0_change, steps=steps,
       first_loss=losses[0], last_loss=losses[-1], valid_token_accuracy=float(np.mean(accuracies)),
       largest_relative_frequency_change=float(np.max(np.abs(trajectory[-1] / trajectory[0] - 1))))
   with open(os.path.join(workdir, "summary.json"), "w") as f:

@@ -21,10 +21,10 @@ def test_tunix_gemma3_dyck_example(tmp_path):
     example.tunix_models.import_model("gemma3")
   except ImportError as e:
     pytest.skip(f"tunix's model code is not installed ({e})")
-  summary = example.run(str(tmp_path), steps=30, record_every=10)
+  summary = example.run(str(tmp_path), steps=30, record_every=10)  # 3 compilations
   assert summary == json.loads((tmp_path / "summary.json").read_text())
   assert summary["converted_layers"] == 2
-  assert summary["step0_max_logit_change"] < 1e-5
+  assert summary["step0_loss_change"] < 1e-6
   assert summary["last_loss"] < 0.5 * summary["first_loss"]
   assert summary["valid_token_accuracy"] > 0.5
   trajectory = np.load(tmp_path / "trajectory.npz")

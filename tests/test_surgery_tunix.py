@@ -149,7 +149,7 @@ def test_grouped_query_heads_share_their_key_heads_spectrum():
 
 
 def test_training_only_the_frequencies_moves_them_and_changes_the_logits():
-  model = gemma3()
+  model = llama3(num_layers=2)
   surgery.spectralize(model)
   tokens, positions, mask = _inputs()
   start = _logits(model, tokens, positions, mask)
