@@ -68,7 +68,9 @@ def import_model(family: str) -> types.ModuleType:
   tunix's package `__init__` imports its whole trainer stack; its model files
   need only flax, einops, jaxtyping and safetensors. When the package import
   fails for a missing dependency, the package is registered without running
-  its `__init__`, and the model file is imported alone.
+  its `__init__`, and the model file is imported alone. (tunix's Gemma 3 file
+  sets `flax.config.flax_always_shard_variable = False` process-wide when
+  imported; that is tunix's choice, left as it is.)
   """
   name = f"tunix.models.{family}.model"
   if f"tunix.models.{family}" not in {m.rsplit(".", 1)[0] for m in FAMILIES}:
