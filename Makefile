@@ -10,7 +10,7 @@ DEMO_DIR ?= runs/demo
 PYTEST_ARGS ?=
 
 .PHONY: venv demo lint format test test-fast bench clean
-LINTED := bifocal_jax train.py eval.py configs benchmarks tests docs
+LINTED := bifocal_jax train.py eval.py configs benchmarks tests docs examples
 
 venv: $(STAMP)
 

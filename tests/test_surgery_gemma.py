@@ -34,8 +34,8 @@ def _import_gemma():
     sys.modules["tensorflow"] = types.SimpleNamespace(Tensor=type("Tensor", (), {}))
   try:
     gm_nn = importlib.import_module("gemma.gm.nn")
-    importlib.import_module("kauldron.kd").nn.Identity  # pylint: disable=expression-not-assigned
-    gm_nn.Transformer  # pylint: disable=pointless-statement
+    # Touching these runs their lazy imports while the TensorFlow stand-in is in place.
+    _ = importlib.import_module("kauldron.kd").nn.Identity, gm_nn.Transformer
   finally:
     if stand_in:
       del sys.modules["tensorflow"]
