@@ -5,6 +5,9 @@ resume bit for bit, and each member is evaluated on its own."""
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -186,6 +189,9 @@ def test_members_are_the_grid_and_a_single_config_is_no_population():
 
 @pytest.mark.slow
 def test_worker_processes_make_the_same_batches():
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  if not flags.FLAGS.is_parsed():  # grain's workers read absl flags (train.py parses them)
+    flags.FLAGS.mark_as_parsed()
   config = helpers.tiny_config({"population.seeds": (0, 1), "population.data_workers": 2})
   mesh = sharding_lib.make_mesh(config.mesh)
   pop = population.setup(config, mesh)
@@ -197,3 +203,20 @@ def test_worker_processes_make_the_same_batches():
     for key in steps.TRAIN_FIELDS:
       np.testing.assert_array_equal(a[key], b[key])
   with_workers.close()
+
+
+def test_eval_py_evaluates_every_member_and_reports_the_frozen(population_run, tmp_path,
+                                                               compilation_cache_env):
+  workdir = str(tmp_path / "copy")
+  shutil.copytree(population_run[0], workdir)
+  result = subprocess.run(
+      [sys.executable, "eval.py", f"--workdir={workdir}", "--member=all", "--splits=valid",
+       "--num_examples=16"], cwd=helpers.ROOT, text=True, capture_output=True, timeout=300,
+      env=helpers.subprocess_env(**compilation_cache_env))
+  assert result.returncode == 0, result.stdout + result.stderr
+  for i in BAD:
+    assert f"member {i} (seed" in result.stdout and "not evaluated" in result.stdout
+  evaluated = [i for i in range(4)
+               if os.path.exists(os.path.join(population.member_dir(workdir, i), "eval",
+                                              "results.json"))]
+  assert evaluated == list(GOOD)
