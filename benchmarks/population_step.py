@@ -28,7 +28,6 @@ import sys
 import time
 
 import jax
-import numpy as np
 from absl import app, flags
 
 from bifocal_jax import config as config_lib

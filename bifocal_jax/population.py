@@ -44,7 +44,7 @@ import functools
 import itertools
 import os
 import sys
-from typing import Any, Callable
+from typing import Callable
 
 import grain
 import jax
