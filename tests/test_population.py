@@ -219,3 +219,38 @@ def test_eval_py_evaluates_every_member_and_reports_the_frozen(population_run, t
                if os.path.exists(os.path.join(population.member_dir(workdir, i), "eval",
                                               "results.json"))]
   assert evaluated == list(GOOD)
+
+
+SHARDED_POPULATION = """
+import jax, numpy as np
+import helpers
+from bifocal_jax import population, sharding
+out = dict()
+for name, (devices, mesh) in {meshes}.items():
+  config = helpers.tiny_config({overrides})
+  config.mesh.update(mesh)
+  mesh = sharding.make_mesh(config.mesh, devices=jax.devices()[:devices])
+  with jax.set_mesh(mesh):
+    pop = population.setup(config, mesh)
+    state = population.initial_state(pop)
+    train_step = population.make_train_step(pop)
+    batches = population.train_batches(pop, pop.setup.task, buckets=(40,), start_step=0)
+    losses = []
+    for _ in range(3):
+      state, metrics = train_step(state, population.to_global_batch(next(batches), mesh))
+      losses.append(np.asarray(metrics["loss"]).tolist())
+  out[name] = losses
+np.testing.assert_allclose(out["data4_model2"], out["one"], rtol=1e-5)
+np.testing.assert_allclose(out["fsdp8"], out["one"], rtol=1e-5)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_a_population_on_eight_devices_computes_what_one_device_does(compilation_cache_env):
+  """Members unsharded, each member's parameters and rows sharded as a single run's."""
+  meshes = {"one": (1, dict(data=1, fsdp=1, model=1)),
+            "data4_model2": (8, dict(data=4, fsdp=1, model=2)),
+            "fsdp8": (8, dict(data=1, fsdp=8, model=1))}
+  code = SHARDED_POPULATION.format(meshes=meshes, overrides={"population.seeds": (0, 1)})
+  assert helpers.run_python(code, devices=8, **compilation_cache_env).strip().endswith("ok")
