@@ -1,7 +1,8 @@
 # Two commands on a fresh machine: `make demo` and `make test`.
 # Both create .venv from a Python 3.12+ found by .ci/find_python.sh and install
-# requirements.txt, requirements-dev.txt and the package (editable); re-running
-# skips that step when none of those files changed.
+# requirements.txt, requirements-dev.txt, the host libraries' model code
+# (requirements-hosts.txt, without their dependencies: see README) and the
+# package (editable); re-running skips that step when none of those files changed.
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -13,10 +14,11 @@ LINTED := bifocal_jax train.py eval.py configs benchmarks tests docs
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-hosts.txt pyproject.toml
 	@test -x $(PY) || { PYTHON=$$(bash .ci/find_python.sh) && echo "creating $(VENV) with $$PYTHON" && $$PYTHON -m venv $(VENV); }
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -r requirements-hosts.txt
 	$(PY) -m pip install -q --no-deps -e .
 	@touch $(STAMP)
 

@@ -6,6 +6,11 @@ heads, head_dim]` with per-head spectra), inside `nn.compact` code. The
 spectral frequencies are an ordinary Linen param named `log_frequency`, so
 `optim.spectral_evolution` (which selects that name) gives them their own
 optimizer group.
+
+Other libraries may replace `flax.linen.Module.param` process-wide: the
+`gemma` library's does, passing every initialiser a `dtype` (bfloat16 inside
+its `initialize_param_with_dtype`). The initialiser here accepts one and
+ignores it: the frequencies stay float32, as angles need.
 """
 
 from __future__ import annotations
@@ -62,8 +67,8 @@ class SpectralRoPE(nn.Module):
     rotary_dim = _check_rotary_dim(size, self.rotary_fraction)
     shape = (rotary_dim // 2,) if self.num_heads is None else (self.num_heads, rotary_dim // 2)
 
-    def init(key, shape):
-      del key  # deterministic: the geometric spectrum
+    def init(key, shape, dtype=None):
+      del key, dtype  # deterministic, and float32 whatever dtype a caller asks for
       return jnp.broadcast_to(jnp.log(geometric_frequencies(rotary_dim, self.theta)), shape)
 
     frequencies = jnp.exp(self.param("log_frequency", init, shape))

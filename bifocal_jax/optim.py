@@ -16,7 +16,9 @@ Spectral leaves are found by `spectral_labels`: by Variable type
 (`rope.SpectralFrequency`) in NNX states, and by the name `log_frequency` in
 pure trees (Linen params, and the plain arrays that `nnx.Optimizer` passes to
 `tx.update`). Every module of this project names its spectral parameter
-`log_frequency`, so both rules select the same leaves.
+`log_frequency`, or `log_frequency_ratio` where Surgical Integration keeps a
+host library's own angle arithmetic (`surgery.hosts`), so both rules select
+the same leaves.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from bifocal_jax.rope import SpectralFrequency
 SPECTRAL = "spectral"
 BASE = "base"
 SPECTRAL_NAME = "log_frequency"
+SPECTRAL_NAMES = (SPECTRAL_NAME, "log_frequency_ratio")
 
 IsSpectral = Callable[[tuple[Any, ...], Any], bool]
 
@@ -100,10 +103,10 @@ def _key_name(key) -> str | None:
 
 
 def is_spectral_frequency(path: tuple[Any, ...], leaf: Any) -> bool:
-  """Default rule: a `SpectralFrequency` Variable, or a leaf named `log_frequency`."""
+  """Default rule: a `SpectralFrequency` Variable, or a leaf named as in `SPECTRAL_NAMES`."""
   if isinstance(leaf, SpectralFrequency):
     return True
-  return bool(path) and _key_name(path[-1]) == SPECTRAL_NAME
+  return bool(path) and _key_name(path[-1]) in SPECTRAL_NAMES
 
 
 def spectral_labels(params, is_spectral: IsSpectral | None = None):

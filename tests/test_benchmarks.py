@@ -89,3 +89,17 @@ def test_attention_kernels(tmp_path):
   assert r["shape"] == dict(batch=2, heads=2, length=16, head_dim=8)
   assert set(r["seconds"]) == {"kernel dot", "kernel reduce", "attention dot", "attention reduce"}
   assert min(r["seconds"].values()) > 0 and r["attention_dot_over_reduce"] > 0
+
+
+def test_surgery_tunix(tmp_path):
+  from bifocal_jax.surgery import tunix_models  # pylint: disable=g-import-not-at-top
+  try:
+    tunix_models.import_model("gemma3")
+  except ImportError as e:
+    pytest.skip(f"tunix's model code is not installed ({e})")
+  r = run_script("surgery_tunix", "--tiny", "--families=gemma3", "--rounds=2", "--calls=1",
+                 "--decode_calls=1", tmp_path=tmp_path)
+  assert [x["config"]["family"] for x in r["results"]] == ["gemma3"]
+  for x in r["results"]:
+    assert all(s > 0 for s in x["seconds"].values()) and len(x["seconds"]) == 4
+    assert x["train_ratio"] > 0 and x["decode_ratio"] > 0

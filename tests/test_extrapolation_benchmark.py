@@ -96,6 +96,7 @@ def fake_workdir(run, out, *, steps=10, accuracy=0.5, splits=None, curve=()):
 
 def test_calibration_budget_is_the_first_evaluated_step_that_learned(tmp_path):
   run = PRESET.calibration_runs()[0]
+  assert run.name == "odds_first/calibration/rope_3000steps/seed0"
   workdir = fake_workdir(run, str(tmp_path), steps=3000,
                          curve=[(250, 0.4), (500, 0.85), (750, 0.93), (1000, 0.89)])
   record = ex.calibration_record(TASK, workdir)

@@ -60,3 +60,54 @@ def test_notebook_runs_on_cpu(tmp_path, monkeypatch):
   results = json.loads((workdir / "eval" / "results.json").read_text())
   assert {"valid", "test_length", "test_depth"} <= set(results["splits"])
   assert os.path.exists(workdir / "trajectory.png")
+
+
+def _setup_functions():
+  """The first cell's definitions (what it runs before installing anything)."""
+  nb = nbformat.read(NOTEBOOK, as_version=4)
+  source = nb.cells[1].source
+  namespace = {}
+  exec(source[:source.index("REPO_ROOT = find_checkout()")], namespace)  # pylint: disable=exec-used
+  return source, namespace
+
+
+def test_setup_has_one_url_variable_and_no_placeholder():
+  source, namespace = _setup_functions()
+  text = NOTEBOOK.read_text()
+  assert "YOUR_ORG" not in text and "colab.research.google.com/github" not in text
+  assert namespace["REPO_URL"] == ""  # set by the user; unset, the cell says so (below)
+  assert "set REPO_URL at the top of this cell" in source
+
+
+@pytest.mark.parametrize("installed, accelerator, expected", [
+    ("0.12.0.1", "gpu", None),  # Colab's own JAX (built for its GPU) is kept
+    ("0.13.1", "tpu", None),
+    ("0.4.33", "gpu", "jax[cuda12]==0.12.0.1"),
+    ("0.4.33", "tpu", "jax[tpu]==0.12.0.1"),
+    (None, "cpu", "jax==0.12.0.1"),
+])
+def test_setup_keeps_a_recent_jax_or_installs_the_matching_extra(installed, accelerator, expected,
+                                                                 monkeypatch):
+  _, namespace = _setup_functions()
+  monkeypatch.setitem(sys.modules, "jax", sys.modules.get("jax") or type(sys)("jax"))
+  installs = []
+  namespace["pip"] = lambda *args: installs.append(args)
+  namespace["accelerator"] = lambda: accelerator
+
+  def version(name):
+    if installed is None:
+      raise namespace["importlib"].metadata.PackageNotFoundError(name)
+    return installed
+
+  namespace["importlib"] = type(sys)("importlib_stand_in")
+  namespace["importlib"].metadata = type(sys)("metadata_stand_in")
+  namespace["importlib"].metadata.version = version
+  namespace["importlib"].metadata.PackageNotFoundError = type("PackageNotFoundError", (Exception,), {})
+  # This interpreter has imported jax: an upgrade asks for a restart instead of going on.
+  if expected is None:
+    namespace["ensure_jax"]()
+    assert installs == []
+  else:
+    with pytest.raises(RuntimeError, match="restart the runtime"):
+      namespace["ensure_jax"]()
+    assert installs == [(expected,)]

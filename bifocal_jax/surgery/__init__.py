@@ -16,6 +16,13 @@ static attribute, invisible to `nnx.state`; it is replaced by
 
 Every place a rope is held gets its own spectral module (frequencies are per
 layer), even where several places share one fixed rope object.
+
+Models whose attention calls a rotary *function* instead are converted by the
+per-library adapters beside this file: `tunix_models` (tunix's Gemma 3,
+Llama 3, Qwen 3, found and converted by `spectralize` itself),
+`gemma_linen` (the `gemma` library's Linen models, a wrapper) and
+`maxtext_rope` (MaxText's rotary modules, found and converted by
+`spectralize` too).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from flax import nnx
 
 from bifocal_jax import attention as attention_lib
 from bifocal_jax.rope import BifocalRoPE, GeometricRoPE, SpectralRoPE, apply_rope
+from bifocal_jax.surgery import maxtext_rope, tunix_models
 
 FIXED_ROPES = (nnx.RoPE, GeometricRoPE)
 
@@ -132,6 +140,29 @@ def _spectral_rope(rope, *, where: str, embedding_size: int | None, num_heads: i
   return SpectralRoPE(**spectrum, num_heads=num_heads if per_head else None)
 
 
+def _convert_host_layers(model, predicate, *, split, per_head, num_heads, spectrum,
+                         stacked_layers) -> int:
+  """Converts the tunix attention layers and MaxText rotary modules in `model`; how many."""
+  converted = 0
+  if tunix_models.sites(model):
+    if split is not None:
+      raise ValueError(f"split={split!r} is not available for tunix models; use spectrum=")
+    converted = tunix_models.convert(
+        model, spectrum=spectrum or ("heads" if per_head else "kv_heads"), predicate=predicate)
+  elif spectrum is not None:
+    raise ValueError(f"spectrum={spectrum!r} applies to tunix models only; use per_head/split")
+  if maxtext_rope.sites(model):
+    if split is not None:
+      raise ValueError(f"split={split!r} is not available for MaxText rotary modules")
+    if per_head and num_heads is None:
+      raise ValueError("per_head for MaxText rotary modules needs num_heads= (they do not know it)")
+    converted += maxtext_rope.convert(model, num_heads=num_heads if per_head else None,
+                                      stacked_layers=stacked_layers, predicate=predicate)
+  elif stacked_layers is not None:
+    raise ValueError(f"stacked_layers={stacked_layers!r} applies to MaxText rotary modules only")
+  return converted
+
+
 def spectralize(
     model: nnx.Module,
     *,
@@ -142,8 +173,16 @@ def spectralize(
     spectral_heads: int | tuple[int, ...] | None = None,
     spectral_pairs: int | None = None,
     embedding_size: int | None = None,
+    spectrum: Literal["kv_heads", "heads", "shared"] | None = None,
+    stacked_layers: int | None = None,
 ) -> int:
   """Replaces every fixed RoPE in `model` by a spectral one; returns how many.
+
+  tunix's Gemma 3, Llama 3 and Qwen 3 attention layers (which call a rotary
+  function) are converted too, each with its own spectrum initialised from
+  the base and scale factor it uses (`tunix_models`); each counts as one. So
+  are MaxText's rotary modules (`maxtext_rope`: shared spectra, or per head
+  with `per_head=True, num_heads=...`).
 
   Args:
     model: any NNX module graph; changed in place.
@@ -157,6 +196,13 @@ def spectralize(
       eyes) instead; `spectral_heads` and `spectral_pairs` as in `BifocalRoPE`.
     embedding_size: head dimension, for an `nnx.RoPE` built without its size
       (`nnx.RoPE(theta)` alone) where the site does not say.
+    spectrum: for tunix layers: `"kv_heads"` (the default: one spectrum per
+      key/value head, shared by its group of query heads), `"heads"` (one
+      per query head; `per_head=True` means the same; refused under
+      grouped-query attention) or `"shared"`. `filter` sees a tunix layer
+      as `(path of its attention layer, layer)`.
+    stacked_layers: for MaxText layers built under `nnx.vmap`/`nnx.scan`
+      (parameters stacked `[layers, ...]`): the number of layers.
 
   Per-head and bifocal spectra change how a rope is called, so they are
   allowed only where this module controls the call: attention partials, and
@@ -219,14 +265,18 @@ def spectralize(
       keywords = {k: v for k, v in value.keywords.items() if k != "rope"}
       new = RotaryAttention(new, value.func, keywords)
     replacements.append((parent, key, new, in_partial))
-  if not replacements:
+  converted = _convert_host_layers(model, predicate, split=split, per_head=per_head,
+                                   num_heads=num_heads, spectrum=spectrum,
+                                   stacked_layers=stacked_layers)
+  if not replacements and not converted:
     raise ValueError(
-        f"spectralize found no nnx.RoPE or GeometricRoPE in {type(model).__name__}"
-        + ("" if filter is None else f" matching filter={filter!r}"))
+        f"spectralize found no nnx.RoPE or GeometricRoPE (nor a tunix attention layer or MaxText "
+        f"rotary module) in "
+        f"{type(model).__name__}" + ("" if filter is None else f" matching filter={filter!r}"))
   for parent, key, new, in_partial in replacements:
     if isinstance(parent, (nnx.List, nnx.Dict, list, dict)):
       parent[key] = new
     else:
       # A partial is a static attribute: declare the module replacing it as data.
       setattr(parent, key, nnx.data(new) if in_partial else new)
-  return len(replacements)
+  return len(replacements) + converted
