@@ -7,12 +7,17 @@ r"""Evaluates trained runs: `python eval.py --workdir DIR`.
   python eval.py --workdir DIR --spectrum          # + spectral analysis and plots
   python eval.py --workdir DIR --che_per_length=512   # Chomsky tasks: the paper's CHE protocol
   python eval.py --compare runs/a runs/b runs/c    # one markdown table + one PNG
+  python eval.py --workdir POPULATION_DIR --member all   # each member of a population
 
 Prints a table and writes `DIR/eval/results.json` (schema: the docstring of
 `bifocal_jax/evaluate.py`); `--out` writes elsewhere. `--dyck_file` may be
 repeated; with it, task splits are scored only when `--splits` names them.
 `--compare` writes `compare.md` and `compare.png` into the runs' common parent
 directory (or `--out FILE.md`), evaluating runs that have no results yet.
+A population's workdir (`config.population`) is evaluated member by member:
+`--member i` or `--member all` (one compiled evaluation for all of them), each
+into `DIR/members/<i>/eval/results.json`; members that went non-finite are
+reported and skipped (`--member i` of one is an error).
 """
 
 import sys
@@ -49,6 +54,8 @@ _OUT = flags.DEFINE_string(
 _MEMORY_BUDGET_MB = flags.DEFINE_integer(
     "memory_budget_mb", evaluate.DEFAULT_MEMORY_BUDGET >> 20,
     "Attention-score memory per batch (MiB): sets the batch size of long strings.")
+_MEMBER = flags.DEFINE_string(
+    "member", None, "A population's member to evaluate: its index, or 'all'.")
 _BATCH_SIZE = flags.DEFINE_integer(
     "batch_size", None, "Largest batch (default: the run's eval_batch_size).")
 
@@ -64,13 +71,38 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments {extra} (only --compare takes several)")
   if _WORKDIR.value is None:
     raise app.UsageError("--workdir is required (or --compare DIR1 DIR2 ...)")
-  evaluate.evaluate(
-      _WORKDIR.value, step=_STEP.value, splits=_SPLITS.value, num_examples=_NUM_EXAMPLES.value,
-      dyck_files=_DYCK_FILE.value, spectrum=_SPECTRUM.value, out=_OUT.value,
-      che=_CHE.value, che_protocol=evaluate.CheProtocol(stride=_CHE_STRIDE.value,
-                                                        per_length=_CHE_PER_LENGTH.value),
+  options = dict(
+      splits=_SPLITS.value, num_examples=_NUM_EXAMPLES.value, dyck_files=_DYCK_FILE.value,
+      spectrum=_SPECTRUM.value, che=_CHE.value,
+      che_protocol=evaluate.CheProtocol(stride=_CHE_STRIDE.value,
+                                        per_length=_CHE_PER_LENGTH.value),
       memory_budget=_MEMORY_BUDGET_MB.value << 20, max_batch_size=_BATCH_SIZE.value)
+  if _MEMBER.value is None:
+    evaluate.evaluate(_WORKDIR.value, step=_STEP.value, out=_OUT.value, **options)
+    return 0
+  members = None if _MEMBER.value == "all" else [_member_index(_MEMBER.value)]
+  if members is None and _OUT.value:
+    raise app.UsageError("--out names one results file: use it with --member i, not all")
+  runs, frozen = evaluate.load_members(
+      _WORKDIR.value, step=_STEP.value, members=members,
+      memory_budget=options["memory_budget"], max_batch_size=options["max_batch_size"])
+  if members is not None and frozen:
+    raise ValueError(f"member={members[0]}: {frozen[members[0]]}")
+  for why in frozen.values():
+    print(why, flush=True)
+  if not runs:
+    raise ValueError(f"workdir={_WORKDIR.value!r}: every member went non-finite; nothing to "
+                     "evaluate")
+  for run in runs:
+    evaluate.evaluate(run, out=_OUT.value, **options)
   return 0
+
+
+def _member_index(value: str) -> int:
+  try:
+    return int(value)
+  except ValueError:
+    raise app.UsageError(f"--member={value!r}: an index (0, 1, ...) or 'all'") from None
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ r"""The decisive experiment: does bifocal attention extrapolate? Runs, summaries
   python benchmarks/extrapolation.py --preset cpu                  # the sweep (resumable)
   python benchmarks/extrapolation.py --preset cpu --dry_run        # what is left to run
   python benchmarks/extrapolation.py --preset cpu --summarize_only --results_md RESULTS.md
+  python benchmarks/extrapolation.py --preset accelerator --limit 1  # one population (a GPU)
 
 A run is one training (`train.py`) and one evaluation (`eval.py`), each a
 subprocess in the run's workdir `OUT/<task>/<arm>/<group>/seed<N>`. Once both
@@ -27,12 +28,22 @@ Arms (how a run starts):
   sensitivity  bifocal under other settings (spectral learning rate, frozen
                then released spectra, rotary base; `rope` at the other bases).
 
+Populations (the `accelerator` preset): each (task, kind) is one training of
+every seed x learning rate at once (`config.population`, one compiled program;
+`PopulationRun`) in `OUT/<task>/population/<kind>`, evaluated member by member
+(`eval.py --member all`). Its members are ordinary runs with ordinary
+summaries: those at the preset's first learning rate are the `scratch` arm,
+the others the `sensitivity` arm labelled `lr<rate>`; each summary's
+`seconds` is its share of the population's time. `--limit N` stops after N
+runs (populations): one ~10-minute accelerator command is `--limit 1`.
+
 Budgets (`--calibrate`): for each task, `rope` (seed 0) trains up to the
 preset's `max_steps`, evaluated on `valid` every `interval` steps; the task's
 budget is the first evaluated step whose valid token accuracy reaches
 `LEARNED`. A task that never reaches it is reported as not learned at this
 budget and none of its other runs are made. Budgets go to `budgets.json`
-beside the summaries.
+beside the summaries. A preset with `calibrated=False` takes each task's
+`max_steps` as its budget instead (sized to the machine, not calibrated).
 
 SIGTERM/SIGINT to the sweep are passed on to the runs in flight (the trainer
 saves and exits), then the sweep stops. Its PID is in `OUT/sweep.pid`; start it
@@ -47,6 +58,7 @@ import concurrent.futures
 import dataclasses
 import datetime
 import fcntl
+import itertools
 import json
 import os
 import platform
@@ -146,6 +158,8 @@ class Run:
   setting: tuple[tuple[str, object], ...] = ()
   label: str = ""
   fraction: float = 0.5
+  population: PopulationRun | None = None  # trained as member `member` of this population
+  member: int | None = None
 
   @property
   def group(self) -> str:
@@ -156,7 +170,14 @@ class Run:
     return f"{self.task.name}/{self.arm}/{self.group}/seed{self.seed}"
 
   def workdir(self, out: str) -> str:
+    if self.population is not None:  # `bifocal_jax.population.member_dir`
+      return os.path.join(self.population.workdir(out), "members", str(self.member))
     return os.path.join(out, self.name)
+
+  @property
+  def unit(self) -> Run | PopulationRun:
+    """What trains it: itself, or its population."""
+    return self.population or self
 
   def source(self) -> Run | None:
     """The scratch `rope` run a surgery or continue run starts from."""
@@ -183,16 +204,69 @@ class Run:
                 f"--config.{k}={v}" for k, v in self.overrides(out, budget).items()]
 
   def eval_command(self, out: str) -> list[str]:
-    command = [sys.executable, os.path.join(REPO, "eval.py"), f"--workdir={self.workdir(out)}",
-               f"--splits={','.join(self.task.splits)}", *self.task.eval_args]
-    for file_name, max_lines in self.task.published:
-      command.append(f"--dyck_file={published_file(out, file_name, max_lines)}")
-    if self.task.che:
-      stride, per_length = self.task.che
-      command += ["--che", f"--che_stride={stride}", f"--che_per_length={per_length}"]
-    if self.kind in SPECTRAL_KINDS:
-      command.append("--spectrum")
-    return command
+    return eval_command(self.task, self.kind, self.workdir(out), out)
+
+
+def eval_command(task: TaskSpec, kind: str, workdir: str, out: str) -> list[str]:
+  """`eval.py` on the task's splits, published files and CHE protocol."""
+  command = [sys.executable, os.path.join(REPO, "eval.py"), f"--workdir={workdir}",
+             f"--splits={','.join(task.splits)}", *task.eval_args]
+  for file_name, max_lines in task.published:
+    command.append(f"--dyck_file={published_file(out, file_name, max_lines)}")
+  if task.che:
+    stride, per_length = task.che
+    command += ["--che", f"--che_stride={stride}", f"--che_per_length={per_length}"]
+  if kind in SPECTRAL_KINDS:
+    command.append("--spectrum")
+  return command
+
+
+@dataclasses.dataclass(frozen=True)
+class PopulationRun:
+  """`kind` on `task` for every seed x learning rate in one training
+  (`config.population`). Its members (`members`) are `Run`s; the first
+  learning rate's are the `scratch` arm, the others `sensitivity` (`lr<rate>`)."""
+  task: TaskSpec
+  kind: str
+  seeds: tuple[int, ...]
+  learning_rates: tuple[float, ...]
+  data_workers: int = 0
+
+  @property
+  def name(self) -> str:
+    return f"{self.task.name}/population/{self.kind}"
+
+  def workdir(self, out: str) -> str:
+    return os.path.join(out, self.name)
+
+  def source(self) -> None:
+    return None
+
+  def members(self) -> list[Run]:
+    """In the trainer's order (`bifocal_jax.population.members`: seed-major)."""
+    out = []
+    for i, (seed, rate) in enumerate(itertools.product(self.seeds, self.learning_rates)):
+      default = rate == self.learning_rates[0]
+      out.append(Run(self.task, self.kind, seed, arm="scratch" if default else "sensitivity",
+                     setting=(("learning_rate", rate),), label="" if default else f"lr{rate:g}",
+                     population=self, member=i))
+    return out
+
+  def overrides(self, budget: int) -> dict:
+    o = dict(self.task.overrides)
+    o.update(KINDS[self.kind])
+    o.update({"steps": budget, "progress_bar": False, "population.seeds": self.seeds,
+              "population.learning_rates": self.learning_rates,
+              "population.data_workers": self.data_workers})
+    return o
+
+  def train_command(self, out: str, budget: int) -> list[str]:
+    return [sys.executable, os.path.join(REPO, "train.py"), f"--config={self.task.config}",
+            f"--workdir={self.workdir(out)}"] + [
+                f"--config.{k}={v}" for k, v in self.overrides(budget).items()]
+
+  def eval_command(self, out: str) -> list[str]:
+    return eval_command(self.task, self.kind, self.workdir(out), out) + ["--member=all"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,15 +279,31 @@ class Preset:
   sensitivity: tuple[tuple[str, str, tuple[tuple[str, object], ...]], ...] = ()
   sensitivity_task: str = "dyck"         # (kind, label, setting) runs on this task
   learned: float = LEARNED               # valid accuracy that calibrates a budget
+  calibrated: bool = True                # False: each task's budget is its max_steps
+  learning_rates: tuple[float, ...] = ()  # set: populations (PopulationRun) of seeds x these
+  data_workers: int = 0                  # populations: batch-making processes
 
   def calibration_runs(self) -> list[Run]:
-    """`rope`, seed 0, for each task's `max_steps` (its workdir named by them)."""
+    """`rope`, seed 0, for each task's `max_steps` (its workdir named by them);
+    none when the preset is not calibrated."""
+    if not self.calibrated:
+      return []
     return [Run(task, "rope", 0, arm="calibration", label=f"{task.max_steps}steps")
             for task in self.tasks]
 
+  def populations(self) -> list[PopulationRun]:
+    """Task by task in priority order, kind by kind (populations presets only)."""
+    if not self.learning_rates:
+      return []
+    return [PopulationRun(task, kind, self.seeds, self.learning_rates, self.data_workers)
+            for task in self.tasks for kind in self.kinds]
+
   def runs(self) -> list[Run]:
     """Task by task in priority order, seed-major within each: a sweep stopped
-    early has whole seeds of the first tasks (paired comparisons need them)."""
+    early has whole seeds of the first tasks (paired comparisons need them).
+    A populations preset: its populations' members, population by population."""
+    if self.learning_rates:
+      return [run for p in self.populations() for run in p.members()]
     out = []
     for task in self.tasks:
       for seed in self.seeds:
@@ -257,6 +347,28 @@ _SENSITIVITY = (
     ("rope", "base1e5", (("position.base", 100000.0),)),
 )
 
+def _accelerator_model(**extra) -> tuple[tuple[str, object], ...]:
+  """The Chomsky-hierarchy protocol's model (Deletang et al.: 5 layers, width
+  64, 8 heads, batch 128; the configs' `paper` variant), pinned."""
+  pinned = {"model.num_layers": 5, "model.d_model": 64, "model.num_heads": 8,
+            "model.mlp_dim": -1, "model.dtype": "float32", "batch_size": 128,
+            "learning_rate": _ACCELERATOR_RATES[0], "warmup_steps": 500,
+            "spectral.learning_rate": 1e-2, "checkpoint_every": 1000, "eval_every": 1000,
+            "eval_examples": 512, "log_every": 100}
+  pinned.update(extra)
+  return tuple(pinned.items())
+
+
+# One population (16 members: 8 seeds x 2 learning rates) per ~10-minute
+# command on one H200. An estimate, not yet measured on one (README,
+# "Population training"): a member's step is ~20 GFLOP and ~1 GB of memory
+# traffic (under 1 ms of an H200), so a step of 16 is bound by kernel launches
+# and the host (~10-40 ms: 8 member batches of ~2.5 ms each, made by 8 worker
+# processes); 6,000 steps then take 1-4 minutes, leaving room for start-up,
+# compilation (~1 minute) and the evaluation of 16 members (~2 minutes).
+_ACCELERATOR_RATES = (1e-3, 3e-4)
+_ACCELERATOR_STEPS = 6000
+
 PRESETS = {
     # The test: seconds per run.
     "smoke": Preset(
@@ -280,6 +392,31 @@ PRESETS = {
         ),
         kinds=tuple(KINDS), seeds=(0, 1, 2, 3, 4),
         protocol_tasks=("dyck", "modular_arithmetic_brackets_depth"), sensitivity=_SENSITIVITY),
+    # One H200: the cpu preset's tasks at the protocol's model size, each
+    # (task, kind) one population of 8 seeds x 2 learning rates; fixed budgets.
+    "accelerator": Preset(
+        tasks=(
+            TaskSpec("dyck", _DYCK_SPLITS, variant="paper", overrides=_accelerator_model(),
+                     max_steps=_ACCELERATOR_STEPS,
+                     published=(("k8_m5.test", 400), ("k8_m10.test", 100), ("k8_m20.test", 25))),
+            TaskSpec("modular_arithmetic_brackets_depth", ("valid", "test_depth"),
+                     variant="paper", overrides=_accelerator_model(),
+                     max_steps=_ACCELERATOR_STEPS, che=_CHE_PROTOCOL),
+            *(TaskSpec(name, ("valid",), variant="paper", overrides=_accelerator_model(),
+                       max_steps=_ACCELERATOR_STEPS, che=_CHE_PROTOCOL) for name in _CHE_TASKS),
+        ),
+        kinds=("rope", "bifocal_heads", "bifocal_pairs", "spectral", "nope", "alibi",
+               "randomized_rope"),
+        seeds=tuple(range(8)), calibrated=False, learning_rates=_ACCELERATOR_RATES,
+        data_workers=8),
+    # The population test: seconds per population.
+    "population_smoke": Preset(
+        tasks=(TaskSpec("odds_first", ("valid",), variant="tiny", max_steps=12,
+                        overrides=(("eval_examples", 16), ("checkpoint_every", 6),
+                                   ("eval_every", 6), ("log_every", 6)),
+                        eval_args=("--num_examples=16",), che=(6, 4)),),
+        kinds=("rope", "bifocal_heads"), seeds=(0, 1), calibrated=False,
+        learning_rates=(3e-3, 1e-2)),
 }
 
 
@@ -520,7 +657,10 @@ class Sweep:
     self.preset, self.out, self.results_dir, self.log = preset, out, results_dir, log
 
   def budget(self, task: TaskSpec) -> int | None:
-    """The task's calibrated budget; None if uncalibrated or not learned."""
+    """The task's calibrated budget; None if uncalibrated or not learned (a
+    preset that is not calibrated: the task's `max_steps`)."""
+    if not self.preset.calibrated:
+      return task.max_steps
     return (load_budgets(self.results_dir).get(task.name) or {}).get("budget")
 
   def done(self, run: Run) -> bool:
@@ -560,29 +700,44 @@ class Sweep:
     self._map(one, todo, jobs)
     return load_budgets(self.results_dir)
 
-  def run(self, *, jobs: int = 1) -> dict[str, str]:
-    """Runs what is pending, `jobs` at a time; returns {run name: status}."""
+  def run(self, *, jobs: int = 1, limit: int | None = None) -> dict[str, str]:
+    """Runs what is pending, `jobs` at a time (at most `limit` runs, a
+    population counting as one); returns {run name: status}."""
     todo = self.pending()
-    total = len(todo)
+    units = list(dict.fromkeys(r.unit for r in todo))[:limit]
+    total = len(units)
 
-    def one(run, stop):
-      budget = self.budget(run.task)
+    def one(unit, stop):
+      budget = self.budget(unit.task)
       start = time.time()
-      self.log(f"[{todo.index(run) + 1}/{total}] {run.name}  {time.strftime('%H:%M:%S')}")
-      status = execute(run, self.out, budget, stop, self.log)
-      if status == "done":
-        summary = summary_of(run, self.out, budget, time.time() - start)
+      self.log(f"[{units.index(unit) + 1}/{total}] {unit.name}  {time.strftime('%H:%M:%S')}")
+      status = execute(unit, self.out, budget, stop, self.log)
+      runs = [r for r in todo if r.unit == unit]
+      statuses = {r.name: status for r in runs}
+      share = len(unit.members()) if isinstance(unit, PopulationRun) else 1
+      for run in runs if status == "done" else ():
+        summary = summary_of(run, self.out, budget, (time.time() - start) / share)
         if summary is None:
-          status = "failed"
-          self.log(f"FAILED {run.name}: its results lack a split or the final step")
+          statuses[run.name] = "failed"
+          self._failed(run, "its results lack a split or the final step (a population's "
+                       "member that went non-finite is not evaluated: see eval.log)")
         else:
           path = summary_path(self.results_dir, run)
           os.makedirs(os.path.dirname(path), exist_ok=True)
           _write_atomically(path, json.dumps(summary, indent=1))
-      self.log(f"{run.name}: {status} in {time.time() - start:.0f}s")
-      return status
+      self.log(f"{unit.name}: {status} in {time.time() - start:.0f}s")
+      return statuses
 
-    return dict(zip((r.name for r in todo), self._map(one, todo, jobs)))
+    out = {}
+    for statuses in self._map(one, units, jobs):
+      out.update(statuses or {})
+    return out
+
+  def _failed(self, run: Run, why: str) -> None:
+    os.makedirs(run.workdir(self.out), exist_ok=True)
+    with open(os.path.join(run.workdir(self.out), FAILED_FILE), "w") as f:
+      f.write(f"{why}\ntime: {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    self.log(f"FAILED {run.name}: {why}")
 
   def _map(self, fn, runs: Sequence[Run], jobs: int) -> list[str | None]:
     if jobs < 1:
@@ -616,6 +771,8 @@ _OUT = flags.DEFINE_string("out", "benchmarks/out/extrapolation", "Workdirs of t
 _RESULTS = flags.DEFINE_string(
     "results", None, "Directory of the run summaries (default benchmarks/results/runs/PRESET).")
 _JOBS = flags.DEFINE_integer("jobs", 1, "Runs at a time (each run uses every core it can).")
+_LIMIT = flags.DEFINE_integer(
+    "limit", None, "Run at most this many runs (a population counts as one), then report.")
 _CALIBRATE = flags.DEFINE_bool("calibrate", False, "Calibrate the step budgets, then stop.")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "List the runs left to do; run nothing.")
 _SUMMARIZE_ONLY = flags.DEFINE_bool("summarize_only", False, "Only write the report.")
@@ -645,7 +802,7 @@ def main(argv):
     print(json.dumps({k: v["budget"] for k, v in budgets.items()}, indent=1))
     return 0
   if not _SUMMARIZE_ONLY.value:
-    statuses = sweep.run(jobs=_JOBS.value)
+    statuses = sweep.run(jobs=_JOBS.value, limit=_LIMIT.value)
     counts = {s: list(statuses.values()).count(s) for s in sorted(set(map(str, statuses.values())))}
     print(f"sweep: {counts}", flush=True)
   link_base = os.path.dirname(os.path.abspath(_RESULTS_MD.value)) if _RESULTS_MD.value else None

@@ -167,8 +167,8 @@ def task_section(task: str, groups: dict, plots_dir: str, link_base: str) -> str
       "95% interval of the difference excludes zero:",
       protocol="The paper's protocol: Surgical Integration of the trained `rope` model into "
       "bifocal attention, then Spectral Evolution, against the same further steps as `rope`:",
-      sensitivity="Sensitivity of bifocal attention (paired against the default setting, and "
-      "against `rope` at the same rotary base):")
+      sensitivity="Sensitivity (paired against the default setting, and bifocal attention "
+      "against `rope` at the same setting: rotary base, learning rate):")
   for section, title in titles.items():
     table = paired_table(groups, splits, "accuracy", pairs[section])
     if table:
@@ -243,6 +243,11 @@ def plot_task(task: str, groups: dict, path: str) -> str | None:
 
 
 def budgets_section(preset, results_dir: str) -> str:
+  if not preset.calibrated:
+    rows = [["task", "budget (steps)"], ["---"] * 2]
+    rows += [[task.name, str(task.max_steps)] for task in preset.tasks]
+    return ("Step budgets: fixed per task (sized to the machine, not calibrated):\n\n"
+            + _markdown(rows))
   path = os.path.join(results_dir, BUDGETS_FILE)
   budgets = {}
   if os.path.exists(path):

@@ -47,8 +47,10 @@ from bifocal_jax import checkpoint as checkpoint_lib
 TWO_PI = 2.0 * math.pi
 
 
-def load_trajectory(workdir: str, *, step: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-  """`(steps[T], frequencies[T, layers, heads, pairs])` of the run in `workdir`.
+def load_trajectory(workdir: str, *, step: int | None = None,
+                    member: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """`(steps[T], frequencies[T, layers, heads, pairs])` of the run in `workdir`
+  (of a population, of its member `member`).
 
   Heads are the spectral heads (1 for a shared spectrum), pairs the spectral
   pairs. A run without spectral frequencies (`rope`, `nope`, ...) has an empty
@@ -56,6 +58,14 @@ def load_trajectory(workdir: str, *, step: int | None = None) -> tuple[np.ndarra
   """
   with checkpoint_lib.Checkpointer.read_only(workdir) as ckpt:
     t = ckpt.restore_trajectory(step)
+  if "count" in t:  # a population: every member's buffer, and how much each recorded
+    if member is None or not 0 <= member < len(t["count"]):
+      raise ValueError(f"member={member}: {workdir} holds a population of {len(t['count'])} "
+                       "members; name one (0..)")
+    count = int(t["count"][member])
+    t = dict(steps=t["steps"][member, :count], frequencies=t["frequencies"][member, :count])
+  elif member is not None:
+    raise ValueError(f"member={member}: {workdir} holds a single run, not a population")
   steps, frequencies = t["steps"].astype(np.int64), t["frequencies"].astype(np.float32)
   if frequencies.size == 0:
     logging.info("%s: no spectral frequencies (a fixed-spectrum run): empty trajectory", workdir)

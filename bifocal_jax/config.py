@@ -23,7 +23,7 @@ NAN_POLICIES = ("error", "skip")
 # different experiment (see `workdir.check_config`).
 RUNTIME_KEYS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
                 "progress_bar", "mesh", "init_from", "peak_flops", "async_checkpointing",
-                "eval_examples", "eval_batch_size", "prefetch")
+                "eval_examples", "eval_batch_size", "prefetch", "population.data_workers")
 
 
 class ConfigError(ValueError):
@@ -68,6 +68,14 @@ def base_config(task_name: str) -> ml_collections.ConfigDict:
       record_every=10,        # trajectory sampling interval (steps)
   ))
   c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
+  # Population training (`bifocal_jax.population`): one member per combination of
+  # seed x learning rate x spectral learning rate, all trained by one compiled
+  # program (vmap over members). Empty tuples take the single value of `seed`,
+  # `learning_rate`, `spectral.learning_rate`; all three empty: an ordinary run.
+  c.population = ml_collections.ConfigDict(dict(
+      seeds=(), learning_rates=(), spectral_learning_rates=(),
+      data_workers=0,         # processes generating the members' batches (0: threads here)
+  ))
   return c
 
 
@@ -83,6 +91,7 @@ def validate(config: ml_collections.ConfigDict, *, num_devices: int, num_process
   task = _checked_task(config)
   heads = _check_model_and_position(config, task)
   _check_batches(config, task, heads, num_devices=num_devices, num_processes=num_processes)
+  _check_population(config, num_processes=num_processes)
   if workdir is not None:
     parent = os.path.abspath(workdir)
     while not os.path.exists(parent):
@@ -186,6 +195,43 @@ def _check_batches(config, task, heads: int, *, num_devices: int, num_processes:
   if not 1 <= config.eval_examples <= task.split("valid").size:
     _fail("eval_examples", config.eval_examples,
           f"must be in [1, {task.split('valid').size}] (the size of the valid split)")
+
+
+def _check_population(config, *, num_processes: int) -> None:
+  """The population's members: distinct, valid values; one process; no `init_from`."""
+  population = config.get("population")
+  if population is None:
+    return
+  for key in ("seeds", "learning_rates", "spectral_learning_rates"):
+    values = population[key]
+    if not isinstance(values, (tuple, list)):
+      _fail(f"population.{key}", values, "must be a tuple (empty: the run's single value)")
+    if len(set(values)) != len(values):
+      _fail(f"population.{key}", tuple(values), "must not repeat a value")
+    for v in values:
+      ok = (isinstance(v, int) and not isinstance(v, bool) and v >= 0 if key == "seeds"
+            else isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
+      if not ok:
+        _fail(f"population.{key}", tuple(values),
+              "must hold non-negative integers" if key == "seeds" else
+              "must hold positive numbers")
+  workers = population.data_workers
+  if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+    _fail("population.data_workers", workers, "must be a non-negative integer")
+  if not is_population(config):
+    return
+  if num_processes != 1:
+    _fail("population.seeds", tuple(population.seeds),
+          f"population training runs in one process (got {num_processes})")
+  if config.init_from:
+    _fail("init_from", config.init_from, "not supported for a population (population.* set)")
+
+
+def is_population(config: ml_collections.ConfigDict) -> bool:
+  """Whether `config` trains a population (any `population.*` value list set)."""
+  population = config.get("population")
+  return population is not None and any(
+      len(population[k]) for k in ("seeds", "learning_rates", "spectral_learning_rates"))
 
 
 def load_file(path: str, arg: str | None = None) -> ml_collections.ConfigDict:

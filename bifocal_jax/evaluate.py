@@ -6,8 +6,9 @@ the benchmarks all score through it. It scores `metrics.accuracy_counts` per
 example (`steps.make_eval_step`), tallied on the host by sequence length and
 nesting depth (`Tally`); anything producing logits, a model or a reference
 predictor, goes through the same tally (`score_batches`). `evaluate(workdir)`
-restores a run's checkpoint (`load_run`) and scores it on the task's held-out
-splits and/or on published Dyck files.
+restores a run's checkpoint (`load_run`; a population's members:
+`load_members`) and scores it on the task's held-out splits and/or on
+published Dyck files.
 
 Long strings (the published `k8_m20.test` reaches 5,133 tokens) are streamed:
 examples are sorted by length, padded to fine length buckets (<= 12.5% padding)
@@ -19,6 +20,8 @@ the file: splits evaluated now replace those of the same name, and results of
 another checkpoint step are dropped.
 
   workdir, step, task, position_kind
+  member          a population's member only: its index (the results are
+                  `DIR/members/<i>/eval/results.json`)
   che_score       Deletang et al.'s score: the mean over lengths of per-length
                   token accuracy, from the CHE protocol's entry `che`
                   (`CheProtocol`) if evaluated, else from `test_length`;
@@ -65,7 +68,9 @@ import numpy as np
 
 from bifocal_jax import analysis
 from bifocal_jax import checkpoint as checkpoint_lib
+from bifocal_jax import config as config_lib
 from bifocal_jax import model as model_lib
+from bifocal_jax import population as population_lib
 from bifocal_jax import sharding as sharding_lib
 from bifocal_jax import state as state_lib
 from bifocal_jax import stats
@@ -294,6 +299,14 @@ class Evaluator:
                              class_ids=class_ids(setup.task)), "eval_step")
     self.rng = jax.random.key(setup.config.seed + 1)
 
+  def for_setup(self, setup: state_lib.Setup) -> Evaluator:
+    """This evaluator (sharing its compiled step) for another `Setup` of the
+    same model: a population's member (its config, its seed's random key)."""
+    other = copy.copy(self)
+    other.setup = setup
+    other.rng = jax.random.key(setup.config.seed + 1)
+    return other
+
   def with_batching(self, *, memory_budget: int | None = None,
                     max_batch_size: int | None = None) -> Evaluator:
     """This evaluator (sharing its compiled step) with other batch sizing."""
@@ -383,29 +396,102 @@ class Evaluator:
 
 @dataclasses.dataclass
 class Run:
-  """A restored run: its config, an `Evaluator` of its setup, and its parameters."""
+  """A restored run: its config, an `Evaluator` of its setup, and its parameters.
+
+  A population's member (`member` its index) has its own single-run config
+  and writes its results under `members/<i>/` (`directory`).
+  """
   workdir: str
   config: ml_collections.ConfigDict
   evaluator: Evaluator
   params: Any
   step: int
+  member: int | None = None
 
   @property
   def setup(self) -> state_lib.Setup:
     return self.evaluator.setup
 
+  @property
+  def directory(self) -> str:
+    """Where its results go: the workdir, or the member's directory in it."""
+    if self.member is None:
+      return self.workdir
+    return population_lib.member_dir(self.workdir, self.member)
 
-def load_run(workdir: str, *, step: int | None = None,
+
+def load_run(workdir: str, *, step: int | None = None, member: int | None = None,
              memory_budget: int = DEFAULT_MEMORY_BUDGET, max_batch_size: int | None = None) -> Run:
-  """Restores the latest checkpoint of `workdir` (or the one at `step`).
+  """Restores the latest checkpoint of `workdir` (or the one at `step`);
+  of a population, member `member` (`load_members`).
 
   The mesh is rebuilt for this machine's devices (all on the data axis), so a
   run trained on another topology evaluates here.
   """
+  workdir, config, mesh = _run_config(workdir)
+  if config_lib.is_population(config):
+    if member is None:
+      raise ValueError(f"workdir={workdir!r} holds a population of "
+                       f"{len(population_lib.members(config))} members: name one "
+                       "(eval.py --member i, or --member all)")
+    runs, frozen = load_members(workdir, step=step, members=(member,),
+                                memory_budget=memory_budget, max_batch_size=max_batch_size)
+    if frozen:
+      raise ValueError(f"member={member}: {frozen[member]}")
+    return runs[0]
+  if member is not None:
+    raise ValueError(f"member={member}: workdir={workdir!r} holds a single run, not a population")
+  with jax.set_mesh(mesh):
+    s, _ = state_lib.setup(config, mesh)
+  step, state = _restore(workdir, step, s.abstract_state, mesh)
+  evaluator = Evaluator(s, memory_budget=memory_budget, max_batch_size=max_batch_size)
+  return Run(workdir, config, evaluator, state["params"], int(step))
+
+
+def load_members(workdir: str, *, step: int | None = None, members: Sequence[int] | None = None,
+                 memory_budget: int = DEFAULT_MEMORY_BUDGET, max_batch_size: int | None = None
+                 ) -> tuple[list[Run], dict[int, str]]:
+  """`(runs, frozen)`: a population's members (default: all) as `Run`s sharing
+  one compiled evaluation step, restored from one checkpoint; members that
+  went non-finite are not returned but listed in `frozen` ({index: why})."""
+  workdir, config, mesh = _run_config(workdir)
+  if not config_lib.is_population(config):
+    raise ValueError(f"workdir={workdir!r} holds a single run, not a population")
+  all_members = population_lib.members(config)
+  members = range(len(all_members)) if members is None else members
+  for i in members:
+    if not 0 <= i < len(all_members):
+      raise ValueError(f"member={i}: the population has members 0..{len(all_members) - 1}")
+  with jax.set_mesh(mesh):
+    pop = population_lib.setup(config, mesh)
+  step, state = _restore(workdir, step, pop.setup.abstract_state, mesh)
+  bad = population_lib.nonfinite_members(state)
+  frozen = {i: f"{all_members[i]} went non-finite ({bad[i][1]}) at step {bad[i][0]} and was "
+               "frozen there: not evaluated" for i in members if i in bad}
+  evaluator = None
+  runs = []
+  for i in members:
+    if i in frozen:
+      continue
+    member_setup = pop.member_setup(i)
+    evaluator = (Evaluator(member_setup, memory_budget=memory_budget,
+                           max_batch_size=max_batch_size)
+                 if evaluator is None else evaluator.for_setup(member_setup))
+    runs.append(Run(workdir, member_setup.config, evaluator,
+                    population_lib.member_tree(state["params"], i), int(step), member=i))
+  return runs, frozen
+
+
+def _run_config(workdir: str):
+  """`(absolute workdir, its config on this machine's mesh, the mesh)`."""
   workdir = os.path.abspath(workdir)
   config = workdir_lib.load_config(workdir)
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
-  mesh = sharding_lib.make_mesh(config.mesh)
+  return workdir, config, sharding_lib.make_mesh(config.mesh)
+
+
+def _restore(workdir: str, step: int | None, abstract_state, mesh):
+  """`(step, state)` of the latest checkpoint of `workdir`, or of `step`."""
   with checkpoint_lib.Checkpointer.read_only(workdir) as ckpt:
     steps_saved = ckpt.steps()
     if not steps_saved:
@@ -414,13 +500,11 @@ def load_run(workdir: str, *, step: int | None = None,
       raise ValueError(f"step={step}: no checkpoint at that step in {workdir} "
                        f"(steps {steps_saved})")
     with jax.set_mesh(mesh):
-      s, _ = state_lib.setup(config, mesh)
       if step is None:
-        step, state, _ = ckpt.restore_latest(s.abstract_state)
+        step, state, _ = ckpt.restore_latest(abstract_state)
       else:
-        state, _ = ckpt.restore(step, s.abstract_state)
-  evaluator = Evaluator(s, memory_budget=memory_budget, max_batch_size=max_batch_size)
-  return Run(workdir, config, evaluator, state["params"], int(step))
+        state, _ = ckpt.restore(step, abstract_state)
+  return step, state
 
 
 CHE_RESULTS = "che"  # the name of the CHE protocol's entry in `splits`
@@ -441,7 +525,8 @@ def results_path(workdir: str) -> str:
   return os.path.join(os.path.abspath(workdir), "eval", RESULTS_FILE)
 
 
-def evaluate(workdir: str | Run, *, step: int | None = None, splits: Sequence[str] | None = None,
+def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None = None,
+             splits: Sequence[str] | None = None,
              num_examples: int | None = None, dyck_files: Sequence[str] = (),
              che: bool | None = None, che_protocol: CheProtocol = CheProtocol(),
              spectrum: bool = False,
@@ -450,7 +535,8 @@ def evaluate(workdir: str | Run, *, step: int | None = None, splits: Sequence[st
   """Evaluates a run and writes (merges into) its results JSON; returns the results.
 
   `workdir`: a run directory (its checkpoint at `step`, default the latest, is
-  restored) or an already restored `Run`.
+  restored; of a population, member `member`, whose results go to
+  `members/<i>/eval/`) or an already restored `Run`.
   `splits`: task splits to score (default: every held-out one, i.e. all but
   `train`; none by default when `dyck_files` are given). `num_examples`: cap
   per task split. `che`: evaluate `che_protocol` (by default, for tasks that
@@ -463,7 +549,7 @@ def evaluate(workdir: str | Run, *, step: int | None = None, splits: Sequence[st
     if step is not None and step != run.step:
       raise ValueError(f"step={step}: the given run was restored at step {run.step}")
   else:
-    run = load_run(workdir, step=step)
+    run = load_run(workdir, step=step, member=member)
   task = run.setup.task
   if che is None:
     che = splits is None and not dyck_files and getattr(task, "supports_length", False)
@@ -475,14 +561,17 @@ def evaluate(workdir: str | Run, *, step: int | None = None, splits: Sequence[st
     task.split(name)  # a clear error for an unknown split, before any work
   if che:
     che.check(task)
-  out = out or results_path(run.workdir)
+  out = out or results_path(run.directory)
   results = dict(workdir=run.workdir, step=run.step, task=task.name,
                  position_kind=run.config.position.kind, che_score=None, che_ci95=None,
                  splits={})
+  if run.member is not None:
+    results["member"] = run.member
   if os.path.exists(out):
     with open(out) as f:
       previous = json.load(f)
-    if previous.get("step") == run.step and previous.get("workdir") == run.workdir:
+    if (previous.get("step") == run.step and previous.get("workdir") == run.workdir
+        and previous.get("member") == run.member):
       results["splits"].update(previous.get("splits", {}))
       if "spectrum" in previous:
         results["spectrum"] = previous["spectrum"]
@@ -504,7 +593,8 @@ def evaluate(workdir: str | Run, *, step: int | None = None, splits: Sequence[st
   results["che_score"], results["che_ci95"] = che_score(results["splits"])
 
   if spectrum:
-    recorded_steps, frequencies = analysis.load_trajectory(run.workdir, step=run.step)
+    recorded_steps, frequencies = analysis.load_trajectory(run.workdir, step=run.step,
+                                                           member=run.member)
     report = analysis.spectrum_report(recorded_steps, frequencies)
     if report["heads"]:
       report["plots"] = analysis.spectrum_plots(recorded_steps, frequencies,

@@ -31,7 +31,9 @@ from bifocal_jax import sharding as sharding_lib
 from bifocal_jax import tasks
 
 
-def build_model(config: ml_collections.ConfigDict, task, *, seed: int | None = None):
+def build_model(config: ml_collections.ConfigDict, task, *, seed: int | jax.Array | None = None):
+  """The model, initialised from `seed` (default `config.seed`; a key array
+  works too, traced ones included: `population` vmaps this over seeds)."""
   return model_lib.Transformer(
       config.model, config.position, vocab_size=task.vocab_size, causal=task.causal,
       rngs=nnx.Rngs(config.seed if seed is None else seed))
@@ -86,6 +88,17 @@ def _empty_trajectory(spectral0, capacity: int) -> dict:
               count=jnp.ones((), jnp.int32), start=spectral0)
 
 
+def fresh_state(params, opt_state, spectral0, capacity: int) -> dict:
+  """The train state at step 0 (the layout of the module docstring)."""
+  return dict(
+      step=jnp.zeros((), jnp.int32),
+      params=params,
+      opt_state=opt_state,
+      trajectory=_empty_trajectory(spectral0, capacity),
+      nonfinite=dict(step=jnp.full((), -1, jnp.int32), what=jnp.zeros((), jnp.int32)),
+  )
+
+
 def init_state(config, task, mesh, tx, *, params_override=None):
   """`(graphdef, constants, state)`: the model and its initial train state, on the mesh."""
   abstract_model = nnx.eval_shape(lambda: build_model(config, task))
@@ -105,13 +118,7 @@ def init_state(config, task, mesh, tx, *, params_override=None):
     params = jax.device_put(params_override, param_shardings)
 
   spectral0 = model_lib.spectral_frequencies(nnx.merge(graphdef, params, constants))
-  state = dict(
-      step=jnp.zeros((), jnp.int32),
-      params=params,
-      opt_state=jax.jit(tx.init)(params),
-      trajectory=_empty_trajectory(spectral0, trajectory_capacity(config)),
-      nonfinite=dict(step=jnp.full((), -1, jnp.int32), what=jnp.zeros((), jnp.int32)),
-  )
+  state = fresh_state(params, jax.jit(tx.init)(params), spectral0, trajectory_capacity(config))
   # Everything not already laid out on the mesh (scalars, trajectory) is replicated.
   state = jax.tree.map(lambda x: x if _is_sharded(x, mesh) else jax.device_put(x, rep), state)
   return graphdef, constants, state

@@ -1,9 +1,10 @@
 """The jit-compiled train and eval steps, and host batches -> global arrays.
 
-`make_train_step(setup)` composes three pure parts, each testable alone:
-`update` (loss, gradients, the optimizer), `guard_nonfinite` (the
-`nan_policy`) and `record_trajectory` (Spectral Evolution's record). The
-state is donated and laid out by the `Setup`'s shardings.
+`make_train_step(setup)` jit-compiles `train_step`, which composes three
+pure parts, each testable alone: `update` (loss, gradients, the optimizer),
+`guard_nonfinite` (the `nan_policy`) and `record_trajectory` (Spectral
+Evolution's record). The state is donated and laid out by the `Setup`'s
+shardings. `population` vmaps the same `train_step` over its members.
 """
 
 from __future__ import annotations
@@ -111,30 +112,38 @@ def record_trajectory(trajectory, frequencies, step, next_step, *, record_every:
               count=count + record.astype(jnp.int32), start=trajectory["start"])
 
 
+def train_step(s: Setup, state, batch, base_key):
+  """One training step, unjitted: `(new state, step metrics)`. `base_key`: the
+  run's key, folded with the step (`make_train_step` closes over the seed's;
+  a population vmaps this over its members' states, batches and keys)."""
+  config = s.config
+  rng = jax.random.fold_in(base_key, state["step"])
+  params, opt_state, metrics = update(s, state, batch, rng)
+  params, opt_state, nonfinite, next_step, skipped = guard_nonfinite(
+      state, params, opt_state, metrics, skip=config.nan_policy == "skip")
+  trajectory = state["trajectory"]
+  drift = jnp.zeros((), jnp.float32)
+  if s.has_spectral:
+    frequencies = s.spectral_frequencies(params)
+    trajectory = record_trajectory(
+        trajectory, frequencies, state["step"], next_step,
+        record_every=config.spectral.record_every, last_step=config.steps)
+    drift = jnp.abs(jnp.log(frequencies) - jnp.log(trajectory["start"])).mean()
+  new_state = dict(step=next_step, params=params, opt_state=opt_state,
+                   trajectory=trajectory, nonfinite=nonfinite)
+  return new_state, dict(metrics, spectral_drift=drift, skipped=skipped)
+
+
 def make_train_step(s: Setup):
   """`state, metrics = train_step(state, batch)`, jit-compiled with shardings."""
-  config = s.config
-  base_key = jax.random.key(config.seed)
+  base_key = jax.random.key(s.config.seed)
 
-  def train_step(state, batch):
-    rng = jax.random.fold_in(base_key, state["step"])
-    params, opt_state, metrics = update(s, state, batch, rng)
-    params, opt_state, nonfinite, next_step, skipped = guard_nonfinite(
-        state, params, opt_state, metrics, skip=config.nan_policy == "skip")
-    trajectory = state["trajectory"]
-    drift = jnp.zeros((), jnp.float32)
-    if s.has_spectral:
-      frequencies = s.spectral_frequencies(params)
-      trajectory = record_trajectory(
-          trajectory, frequencies, state["step"], next_step,
-          record_every=config.spectral.record_every, last_step=config.steps)
-      drift = jnp.abs(jnp.log(frequencies) - jnp.log(trajectory["start"])).mean()
-    new_state = dict(step=next_step, params=params, opt_state=opt_state,
-                     trajectory=trajectory, nonfinite=nonfinite)
-    return new_state, dict(metrics, spectral_drift=drift, skipped=skipped)
+  def train_step_fn(state, batch):
+    return train_step(s, state, batch, base_key)
 
+  train_step_fn.__name__ = "train_step"  # the compiled program's name, as before
   return jax.jit(
-      train_step,
+      train_step_fn,
       in_shardings=(s.state_shardings, sharding_lib.batch_sharding(s.mesh)),
       out_shardings=(s.state_shardings, sharding_lib.replicated(s.mesh)),
       donate_argnums=(0,))

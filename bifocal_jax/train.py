@@ -7,6 +7,10 @@ window; at log steps the window's means are written (with an evaluation of
 run, and a signal or a preemption notice ends the loop early. One save after
 the loop keeps its last step.
 
+A population (`config.population`; `population` has its parts) goes
+through `_train_population`, the same loop over the members' stacked state,
+with per-member logs (`_MemberLogs`).
+
 Everything else has its own module: `state` (the model, the train state,
 `Setup`), `steps` (the jit-compiled steps), `evaluate.Evaluator` (all
 evaluation), `workdir` (which run a directory holds), `init_from`
@@ -36,6 +40,7 @@ from bifocal_jax import evaluate
 from bifocal_jax import init_from
 from bifocal_jax import metrics as metrics_lib
 from bifocal_jax import model as model_lib
+from bifocal_jax import population
 from bifocal_jax import sharding as sharding_lib
 from bifocal_jax import state as state_lib
 from bifocal_jax import steps
@@ -120,10 +125,21 @@ class MetricsWindow:
         spectral_learning_rate=float(schedules["spectral_learning_rate"](step - 1)),
         skipped_steps=int(sums["skipped"]))
 
+  def members(self) -> list[MetricsWindow]:
+    """A population's window (sums `[P]` per metric) as one window per member."""
+    sums, last = jax.device_get((self.sums, self.last))
+    out = []
+    for i in range(len(sums["loss"])):
+      window = MetricsWindow(population.member_tree(sums, i), self.steps)
+      window.last = population.member_tree(last, i)
+      out.append(window)
+    return out
+
   def to_json(self) -> dict:
     sums = {} if self.sums is None else jax.device_get(self.sums)
     return dict(steps=self.steps,
-                sums={k: [np.asarray(v).item(), str(np.asarray(v).dtype)] for k, v in sums.items()})
+                sums={k: [np.asarray(v).tolist(), str(np.asarray(v).dtype)]
+                      for k, v in sums.items()})
 
   @classmethod
   def from_json(cls, value: dict | None) -> MetricsWindow:
@@ -176,6 +192,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       workdir, save_every=config.checkpoint_every, keep=config.keep_checkpoints,
       async_save=config.async_checkpointing)
   with jax.set_mesh(mesh), ckpt:
+    if population.is_population(config):
+      return _train_population(config, workdir, task, mesh, ckpt, hooks)
     return _train(config, workdir, task, mesh, ckpt, source, hooks)
 
 
@@ -315,3 +333,159 @@ def _progress(config, start: int, is_main: bool):
     return None
   from tqdm import tqdm  # pylint: disable=g-import-not-at-top
   return tqdm(total=config.steps, initial=start, desc="train", dynamic_ncols=True)
+
+
+# ----------------------------------------------------------------------------
+# Populations: many runs of one config as one program (`bifocal_jax.population`).
+# ----------------------------------------------------------------------------
+
+
+def _train_population(config, workdir, task, mesh, ckpt, hooks) -> dict:
+  """`_train` for a population: the members' stacked state and batches, their
+  own logs (`_MemberLogs`); a member gone non-finite is frozen and reported
+  while the others train on. One process (validated)."""
+  pop, state, start, window = _restore_or_init_population(config, workdir, task, mesh, ckpt)
+  train_step = population.make_train_step(pop)
+  batches = population.train_batches(pop, task, buckets=_train_buckets(config, task),
+                                     start_step=start)
+  logs = _MemberLogs(pop, workdir, start, state)
+  meter = Throughput(flops_per_step=_flops_per_step(config, task) * pop.size,
+                     peak_flops=config.peak_flops)
+  bar = _progress(config, start, True)
+  save = functools.partial(_save_population, ckpt, config)
+  summary, stop = {}, None
+  step = saved = start
+  with PreemptionGuard() as guard:
+    try:
+      while step < config.steps:
+        batch = next(batches)
+        state, step_metrics = train_step(state, population.to_global_batch(batch, mesh))
+        step += 1
+        window.add(step_metrics)
+        meter.count(batch)
+        if is_due(step, config.log_every, config.steps):
+          summary = logs.write(step, window, meter.rates(), state,
+                               with_valid=is_due(step, config.eval_every, config.steps))
+          window = MetricsWindow()
+          meter.reset()
+          if bar is not None:
+            bar.set_postfix(loss=f"{summary['loss']:.4f}", members=summary["members_training"])
+        if bar is not None:
+          bar.update(1)
+        if step % config.checkpoint_every == 0 and save(step, state, window):
+          saved = step
+        for hook in hooks:
+          hook(step, saved == step, ckpt)
+        stop = guard.signal or ("preemption notice" if ckpt.reached_preemption(step) else None)
+        if stop:
+          break
+      if saved != step:
+        save(step, state, window, force=True)
+      ckpt.wait()
+    finally:
+      if bar is not None:
+        bar.close()
+      logs.close()
+      if hasattr(batches, "close"):  # worker processes (population.data_workers)
+        batches.close()
+  if stop:
+    _announce_preemption(stop, step, workdir, True)
+    summary["preempted_at"] = step
+  summary["step"] = step
+  return summary
+
+
+def _restore_or_init_population(config, workdir, task, mesh, ckpt):
+  """`(population, stacked state, start step, metrics window)`."""
+  pop = population.setup(config, mesh, task=task)
+  restored = ckpt.restore_latest(pop.setup.abstract_state)
+  if restored is None:
+    return pop, population.initial_state(pop), 0, MetricsWindow()
+  start, state, meta = restored
+  logging.info("resumed from step %d", start)
+  print(f"resuming {workdir} from step {start}", flush=True)
+  return pop, state, start, MetricsWindow.from_json(meta.get("metrics_window"))
+
+
+class _MemberLogs:
+  """A population's metrics: `members/<i>/metrics.jsonl` as member i's single
+  run logs them (its `config.json` beside), and `metrics.jsonl` with the step
+  rates of the whole population, the mean loss of the members still training
+  and each one's (`member_losses`, null once frozen). A member that went
+  non-finite is reported once (a line, and a `nonfinite` record in its
+  metrics) and no longer logged; when every member has, `NonFiniteError`."""
+
+  def __init__(self, pop: population.Population, workdir: str, start: int, state):
+    self.pop, self.config = pop, pop.config
+    for member in pop.members:
+      directory = population.member_dir(workdir, member.index)
+      os.makedirs(directory, exist_ok=True)
+      workdir_lib.write_json_atomically(
+          os.path.join(directory, workdir_lib.CONFIG_FILE),
+          workdir_lib.config_to_json(population.member_config(self.config, member)))
+      workdir_lib.truncate_metrics(directory, start)
+    workdir_lib.truncate_metrics(workdir, start)
+    self.writer = metrics_lib.MetricWriter(workdir, start_step=start)
+    self.member_writers = [
+        metrics_lib.MetricWriter(population.member_dir(workdir, m.index), start_step=start)
+        for m in pop.members]
+    first = evaluate.Evaluator(pop.member_setup(0))
+    self.evaluators = [first.for_setup(pop.member_setup(i)) for i in range(pop.size)]
+    self.schedules = pop.schedules
+    self.frozen = population.nonfinite_members(state)  # reported before a resume
+
+  def write(self, step: int, window: MetricsWindow, rates: dict, state, *,
+            with_valid: bool) -> dict:
+    self._report_nonfinite(step, state)
+    member_rates = dict(rates, tokens_per_sec=rates["tokens_per_sec"] / self.pop.size)
+    losses = [None] * self.pop.size
+    for i, member_window in enumerate(window.members()):
+      if i in self.frozen:
+        continue
+      summary = member_window.means(step, self.schedules[i]) | member_rates
+      if with_valid:
+        member_state = dict(params=population.member_tree(state["params"], i))
+        summary |= _evaluate_valid(self.evaluators[i], member_state, self.config)
+      self.member_writers[i].write(step, summary)
+      losses[i] = summary["loss"]
+    training = [loss for loss in losses if loss is not None]
+    record = dict(loss=float(np.mean(training)), member_losses=losses,
+                  members_training=len(training)) | rates
+    self.writer.write(step, record)
+    return record
+
+  def _report_nonfinite(self, step: int, state) -> None:
+    bad = population.nonfinite_members(state)
+    for i, (bad_step, what) in sorted(bad.items()):
+      if i in self.frozen:
+        continue
+      message = (f"{self.pop.members[i]}: non-finite {what} at step {bad_step}; frozen at its "
+                 f"last good state, {self.pop.size - len(bad)} members train on")
+      logging.warning(message)
+      print(message, flush=True)
+      self.member_writers[i].write(step, dict(nonfinite=what, nonfinite_step=bad_step))
+    self.frozen = bad
+    _check_population_finite(self.pop.size, state)
+
+  def close(self) -> None:
+    for writer in (self.writer, *self.member_writers):
+      writer.close()
+
+
+def _check_population_finite(size: int, state) -> None:
+  bad = population.nonfinite_members(state)
+  if len(bad) == size:
+    raise NonFiniteError(
+        "every member of the population went non-finite ("
+        + "; ".join(f"member {i}: {what} at step {s}" for i, (s, what) in sorted(bad.items()))
+        + "); stopped, the last good checkpoint is kept")
+
+
+def _save_population(ckpt, config, step: int, state, window: MetricsWindow, *,
+                     force: bool = False) -> bool:
+  """`_save` for a population: frozen members are saved as frozen (their last
+  good state); the data need not be, being a function of the step."""
+  _check_population_finite(len(population.members(config)), state)
+  meta = dict(process_count=1, step=step, config=workdir_lib.config_to_json(config),
+              metrics_window=window.to_json())
+  return ckpt.save(step, state, None, population.recorded_trajectories(state), meta, force=force)

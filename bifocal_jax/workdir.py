@@ -62,13 +62,20 @@ def _flatten(d: dict, prefix: str = "") -> dict:
   return out
 
 
+# A key absent from one side and empty (its default) on the other is no
+# difference: a run written before the key existed (`population.*`) resumes.
+_EMPTY = ([], (), "", None)
+
+
 def config_differences(old: dict, new: dict) -> list[str]:
   """`key: old -> new` for each dotted key whose value differs, ignoring
-  `config.RUNTIME_KEYS`."""
+  `config.RUNTIME_KEYS` (top-level names, or dotted keys)."""
   a, b = _flatten(old), _flatten(new)
   diffs = []
   for key in sorted(set(a) | set(b)):
-    if key.split(".")[0] in config_lib.RUNTIME_KEYS:
+    if key.split(".")[0] in config_lib.RUNTIME_KEYS or key in config_lib.RUNTIME_KEYS:
+      continue
+    if (key not in a and b[key] in _EMPTY) or (key not in b and a[key] in _EMPTY):
       continue
     if a.get(key, "<absent>") != b.get(key, "<absent>"):
       diffs.append(f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}")

@@ -16,7 +16,9 @@ def get_config(task_name: str, arg: str | None = None) -> ml_collections.ConfigD
 
   Variants: default (a CPU-sized run, test lengths 41..500 of Deletang et al.),
   `tiny` (tests), `paper` (their protocol: 5 layers, width 64, 8 heads, batch
-  128, for an accelerator).
+  128, for an accelerator). On an accelerator, train several seeds and
+  learning rates at once (`bifocal_jax/population.py`), e.g.
+  `--config.population.seeds='(0, 1, 2, 3)' --config.population.learning_rates='(1e-3, 3e-4)'`.
   """
   c = config_lib.base_config(task_name)
   c.position.kind = "bifocal"

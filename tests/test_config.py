@@ -40,6 +40,16 @@ BAD_CONFIGS = {
     "buckets shorter than the data": ({"buckets": (16, 32)}, "buckets=(16, 32)"),
     "unknown training examples": ({"data.examples": "new"}, "data.examples='new'"),
     "one length per batch of Dyck": ({"data.lengths": "per_batch"}, "data.lengths='per_batch'"),
+    "negative population seed": ({"population.seeds": (0, -1)}, "population.seeds=(0, -1)"),
+    "repeated population seed": ({"population.seeds": (1, 1)}, "population.seeds=(1, 1)"),
+    "zero population learning rate": ({"population.learning_rates": (1e-3, 0.0)},
+                                      "population.learning_rates=(0.001, 0.0)"),
+    "negative population spectral learning rate": (
+        {"population.spectral_learning_rates": (-0.1,)},
+        "population.spectral_learning_rates=(-0.1,)"),
+    "negative data workers": ({"population.data_workers": -2}, "population.data_workers=-2"),
+    "population from a trained run": ({"population.seeds": (0, 1), "init_from": "/tmp/rope"},
+                                      "init_from='/tmp/rope'"),
 }
 
 

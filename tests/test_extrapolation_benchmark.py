@@ -300,3 +300,69 @@ def test_sweep_refuses_bad_jobs_and_a_second_sweep_on_the_same_out(tmp_path):
     with pytest.raises(ValueError, match="another sweep is running"):
       sweep.run()
   assert sweep.run() == {}  # the lock is free again; nothing calibrated, nothing to do
+
+
+# ----------------------------------------------------------------------------
+# Populations (the accelerator preset): one training per (task, kind).
+# ----------------------------------------------------------------------------
+
+POPULATIONS = ex.Preset(tasks=(TASK,), kinds=("rope", "bifocal_heads"), seeds=(0, 1),
+                        calibrated=False, learning_rates=(1e-3, 3e-4))
+
+
+def test_population_members_are_ordinary_runs_of_their_arms():
+  populations = POPULATIONS.populations()
+  assert [p.name for p in populations] == ["odds_first/population/rope",
+                                           "odds_first/population/bifocal_heads"]
+  members = populations[0].members()
+  assert [m.name for m in members] == [
+      "odds_first/scratch/rope/seed0", "odds_first/sensitivity/rope_lr0.0003/seed0",
+      "odds_first/scratch/rope/seed1", "odds_first/sensitivity/rope_lr0.0003/seed1"]
+  assert POPULATIONS.runs()[:4] == members and len(POPULATIONS.runs()) == 8
+  assert members[3].workdir("/o") == "/o/odds_first/population/rope/members/3"
+  assert members[3].overrides("/o", 400)["learning_rate"] == 3e-4  # its single run's
+  train = populations[1].train_command("/o", 400)
+  for flag in ("--workdir=/o/odds_first/population/bifocal_heads", "--config.steps=400",
+               "--config.population.seeds=(0, 1)",
+               "--config.population.learning_rates=(0.001, 0.0003)",
+               "--config.position.kind=bifocal"):
+    assert flag in train, flag
+  evaluate = populations[1].eval_command("/o")
+  assert "--member=all" in evaluate and "--spectrum" in evaluate
+  assert POPULATIONS.calibration_runs() == []
+
+
+def test_population_summaries_one_per_member_and_fixed_budgets(tmp_path):
+  out, results = str(tmp_path / "out"), str(tmp_path / "results")
+  sweep = ex.Sweep(POPULATIONS, out, results, log=lambda m: None)
+  assert sweep.budget(TASK) == TASK.max_steps  # not calibrated: fixed
+  assert len(sweep.pending()) == 8
+  member = POPULATIONS.runs()[1]
+  fake_workdir(member, out, steps=TASK.max_steps, accuracy=0.7)
+  s = ex.summary_of(member, out, TASK.max_steps, 5.0)
+  assert (s["arm"], s["group"], s["seed"]) == ("sensitivity", "rope_lr0.0003", 0)
+  assert s["overrides"]["learning_rate"] == 3e-4
+  markdown = report_lib.report(POPULATIONS, results)
+  assert _rows(markdown, "odds_first")[0][1:] == [str(TASK.max_steps)]
+
+
+@pytest.mark.slow
+def test_population_sweep_one_command_at_a_time(tmp_path, compilation_cache_env):
+  """`--limit 1`: one population trained and evaluated, a summary per member."""
+  out, results = str(tmp_path / "out"), str(tmp_path / "results")
+  env = helpers.subprocess_env(**compilation_cache_env)
+  proc = _cli("--preset=population_smoke", f"--out={out}", f"--results={results}", "--limit=1",
+              env=env)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  preset = ex.PRESETS["population_smoke"]
+  done, left = preset.populations()
+  for run in done.members():
+    with open(ex.summary_path(results, run)) as f:
+      summary = json.load(f)
+    assert set(summary["splits"]) == set(run.task.split_names)
+    assert summary["overrides"]["learning_rate"] == dict(run.setting)["learning_rate"]
+    assert summary["overrides"]["seed"] == run.seed and summary["steps"] == 12
+  assert not any(os.path.exists(ex.summary_path(results, r)) for r in left.members())
+  assert "rope_lr0.01 (sensitivity) - rope (scratch)" in proc.stdout
+  proc = _cli("--preset=population_smoke", f"--out={out}", f"--results={results}", "--dry_run")
+  assert "4 runs to do" in proc.stdout

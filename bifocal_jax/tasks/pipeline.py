@@ -134,20 +134,15 @@ def check_sampling(task: base.Task, examples: str, lengths: str):
                      "length (use 'per_example')")
 
 
-def train_dataset(task: base.Task, *, batch_size_per_process: int, seed: int,
-                  buckets: Sequence[int], process_index: int = 0, process_count: int = 1,
-                  start_step: int = 0, examples: str = "finite",
-                  lengths: str = "per_example") -> grain.IterDataset:
-  """Endless training batches of this process, from step `start_step` on.
-
-  Deterministic given `seed` (the order, and the lengths per batch; the
-  examples themselves come from the task's seed) and the process layout.
-  `examples` and `lengths`: see the module docstring.
+def train_batch_fn(task: base.Task, *, batch_size_per_process: int, seed: int,
+                   buckets: Sequence[int], process_index: int = 0, process_count: int = 1,
+                   examples: str = "finite", lengths: str = "per_example"):
+  """`batch_of_step(step)`: this process's training batch of `step`, a pure
+  function of the arguments and the step (what `train_dataset` maps over steps;
+  a population stacks several). `examples` and `lengths`: see the module docstring.
   """
   _check_layout(batch_size_per_process, process_index, process_count)
   check_sampling(task, examples, lengths)
-  if start_step < 0:
-    raise ValueError(f"start_step={start_step}: must be >= 0")
   buckets = check_buckets(buckets, task.max_sequence_length("train"))
   global_batch_size = batch_size_per_process * process_count
   if examples == "fresh":
@@ -162,11 +157,31 @@ def train_dataset(task: base.Task, *, batch_size_per_process: int, seed: int,
   local_batch = functools.partial(
       _local_batch, task, "train", buckets, batch_size_per_process, process_index,
       unbounded=examples == "fresh")
+  return functools.partial(_batch_of_step, indices_of_step, length_of_step, local_batch,
+                           lengths == "per_batch")
 
-  def batch_of_step(step):
-    length = length_of_step(step) if lengths == "per_batch" else None
-    return local_batch(indices_of_step(step), length)
 
+def _batch_of_step(indices_of_step, length_of_step, local_batch, per_batch: bool, step: int):
+  length = length_of_step(step) if per_batch else None
+  return local_batch(indices_of_step(step), length)
+
+
+def train_dataset(task: base.Task, *, batch_size_per_process: int, seed: int,
+                  buckets: Sequence[int], process_index: int = 0, process_count: int = 1,
+                  start_step: int = 0, examples: str = "finite",
+                  lengths: str = "per_example") -> grain.IterDataset:
+  """Endless training batches of this process, from step `start_step` on.
+
+  Deterministic given `seed` (the order, and the lengths per batch; the
+  examples themselves come from the task's seed) and the process layout.
+  `examples` and `lengths`: see the module docstring.
+  """
+  batch_of_step = train_batch_fn(
+      task, batch_size_per_process=batch_size_per_process, seed=seed, buckets=buckets,
+      process_index=process_index, process_count=process_count, examples=examples,
+      lengths=lengths)
+  if start_step < 0:
+    raise ValueError(f"start_step={start_step}: must be >= 0")
   return (grain.MapDataset.range(start_step, sys.maxsize)
           .map(batch_of_step)
           .to_iter_dataset(READ_OPTIONS))
