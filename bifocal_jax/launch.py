@@ -131,6 +131,7 @@ def run_training(config, workdir: str, *, overwrite: bool = False, hooks=()) -> 
   status (see the module docstring). `hooks`: see `train.Hook`."""
   from bifocal_jax import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
   from bifocal_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import steps  # pylint: disable=g-import-not-at-top
   from bifocal_jax import train  # pylint: disable=g-import-not-at-top
   from bifocal_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   quiet_library_logs()
@@ -139,7 +140,7 @@ def run_training(config, workdir: str, *, overwrite: bool = False, hooks=()) -> 
     train.train_and_evaluate(config, workdir, overwrite=overwrite, hooks=hooks)
   except (config_lib.ConfigError, workdir_lib.WorkdirConflictError) as e:
     fail(str(e))
-  except (train.NonFiniteError, checkpoint_lib.CheckpointError) as e:
+  except (steps.NonFiniteError, checkpoint_lib.CheckpointError) as e:
     fail(str(e), status=1)
   except jax.errors.JaxRuntimeError as e:
     logging.exception("runtime failure")

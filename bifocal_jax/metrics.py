@@ -1,4 +1,5 @@
-"""Losses and accuracy counts (pure, jit-friendly), and the metrics writer.
+"""Losses and accuracy counts (pure, jit-friendly); the training loop's metrics
+window, throughput meter and writer.
 
 Accuracy is accumulated as counts (`correct`, `total`) so that batches,
 devices and hosts add up exactly; ratios are taken on the host at the end.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +50,83 @@ def accuracy_counts(logits_BxLxV, targets_BxL, mask_BxL, *, close_ids=None, clas
     ok = (p_target / jnp.maximum(close_p.sum(-1), 1e-30) > ratio) & mask
     out["close_correct"] = ok.sum(-1)
   return out
+
+
+class MetricsWindow:
+  """Per-step metrics summed on device since the last log step.
+
+  Saved with each checkpoint (`to_json`), so that a run resumed between two
+  log steps logs exactly the numbers an uninterrupted run logs.
+  """
+
+  def __init__(self, sums: dict | None = None, steps_summed: int = 0):
+    self.sums, self.steps = sums, steps_summed
+    self.last = None  # the newest step's metrics
+
+  def add(self, step_metrics: dict) -> None:
+    self.sums = (step_metrics if self.sums is None
+                 else jax.tree.map(jnp.add, self.sums, step_metrics))
+    self.steps += 1
+    self.last = step_metrics
+
+  def means(self, step: int, schedules: dict[str, Callable]) -> dict:
+    """The logged training metrics of the window that ends at `step`."""
+    sums = jax.device_get(self.sums)
+    return dict(
+        loss=float(sums["loss"]) / self.steps,
+        accuracy=float(sums["token_correct"]) / max(float(sums["token_total"]), 1.0),
+        grad_norm=float(sums["grad_norm"]) / self.steps,
+        spectral_grad_norm=float(sums["spectral_grad_norm"]) / self.steps,
+        spectral_drift=float(self.last["spectral_drift"]),
+        learning_rate=float(schedules["learning_rate"](step - 1)),
+        spectral_learning_rate=float(schedules["spectral_learning_rate"](step - 1)),
+        skipped_steps=int(sums["skipped"]))
+
+  def members(self) -> list[MetricsWindow]:
+    """A population's window (sums `[P]` per metric) as one window per member."""
+    sums, last = jax.device_get((self.sums, self.last))
+    out = []
+    for i in range(len(sums["loss"])):
+      window = MetricsWindow(jax.tree.map(lambda x, i=i: x[i], sums), self.steps)
+      window.last = jax.tree.map(lambda x, i=i: x[i], last)
+      out.append(window)
+    return out
+
+  def to_json(self) -> dict:
+    sums = {} if self.sums is None else jax.device_get(self.sums)
+    return dict(steps=self.steps,
+                sums={k: [np.asarray(v).tolist(), str(np.asarray(v).dtype)]
+                      for k, v in sums.items()})
+
+  @classmethod
+  def from_json(cls, value: dict | None) -> MetricsWindow:
+    if not value or not value["steps"]:
+      return cls()
+    sums = {k: np.asarray(v, dtype) for k, (v, dtype) in value["sums"].items()}
+    return cls(sums, value["steps"])
+
+
+class Throughput:
+  """Steps and tokens per second of this process since the last `reset`
+  (never a restored window's), and MFU when the device peak is known."""
+
+  def __init__(self, *, flops_per_step: float = 0.0, peak_flops: float = 0.0):
+    self.flops_per_step, self.peak_flops = flops_per_step, peak_flops
+    self.reset()
+
+  def reset(self) -> None:
+    self.start, self.steps, self.tokens = time.perf_counter(), 0, 0
+
+  def count(self, batch: dict) -> None:
+    self.steps += 1
+    self.tokens += int(np.asarray(batch["valid"]).sum()) * jax.process_count()
+
+  def rates(self) -> dict:
+    seconds = time.perf_counter() - self.start
+    out = dict(steps_per_sec=self.steps / seconds, tokens_per_sec=self.tokens / seconds)
+    if self.peak_flops > 0:
+      out["mfu"] = self.flops_per_step * self.steps / seconds / self.peak_flops
+    return out
 
 
 class MetricWriter:

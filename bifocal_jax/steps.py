@@ -22,6 +22,21 @@ from bifocal_jax.state import Setup
 
 # Codes for the quantity that went non-finite (recorded on device).
 NONFINITE_WHAT = {1: "loss", 2: "gradient norm"}
+
+
+class NonFiniteError(FloatingPointError):
+  pass
+
+
+def check_finite(state) -> None:
+  """Raises `NonFiniteError` naming the step and quantity if the state's
+  update went non-finite (`guard_nonfinite` under `nan_policy="error"`)."""
+  bad = jax.device_get(state["nonfinite"])
+  if int(bad["step"]) >= 0:
+    raise NonFiniteError(
+        f"non-finite {NONFINITE_WHAT[int(bad['what'])]} at step {int(bad['step'])}; "
+        f"stopped, the last good checkpoint is kept (set config.nan_policy='skip' to drop "
+        f"such updates instead)")
 TRAIN_FIELDS = ("inputs", "targets", "mask", "loss_mask", "valid")
 # Evaluation also carries each row's length and depth, so that the counts of
 # a global batch (several processes) can be tallied without the local batches.

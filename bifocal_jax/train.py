@@ -1,15 +1,15 @@
 """Training: `train_and_evaluate(config, workdir)`, the whole job as a function.
 
-The loop (`_train`) reads top to bottom: restore the newest checkpoint or
-initialise, then per step: the next batch, the train step, the metrics
-window; at log steps the window's means are written (with an evaluation of
-`valid` at evaluation steps), at checkpoint steps the state is saved, hooks
-run, and a signal or a preemption notice ends the loop early. One save after
-the loop keeps its last step.
+`_train` restores the newest checkpoint or initialises, then `_loop` reads
+top to bottom: per step the next batch, the train step, the metrics window;
+at log steps the window's means are written (with an evaluation of `valid` at
+evaluation steps), at checkpoint steps the state is saved, hooks run, and a
+signal or a preemption notice ends the loop early. One save after the loop
+keeps its last step.
 
 A population (`config.population`; `population` has its parts) goes
-through `_train_population`, the same loop over the members' stacked state,
-with per-member logs (`_MemberLogs`).
+through `_train_population`: the same `_loop` over the members' stacked
+state, with per-member logs (`_MemberLogs`).
 
 Everything else has its own module: `state` (the model, the train state,
 `Setup`), `steps` (the jit-compiled steps), `evaluate.Evaluator` (all
@@ -21,15 +21,14 @@ notebooks call `train_and_evaluate` directly.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import signal
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
@@ -54,10 +53,6 @@ VALID_METRICS = ("token_accuracy", "sequence_accuracy", "loss", "close_accuracy"
 # `hook(step, saved, checkpointer)` runs after every step; `saved`: a save of
 # this step began. Tests inject hooks (a signal at a given step, say).
 Hook = Callable[[int, bool, checkpoint_lib.Checkpointer], None]
-
-
-class NonFiniteError(FloatingPointError):
-  pass
 
 
 def is_due(step: int, every: int, last_step: int) -> bool:
@@ -95,83 +90,6 @@ class PreemptionGuard:
       signal.signal(sig, handler)
 
 
-class MetricsWindow:
-  """Per-step metrics summed on device since the last log step.
-
-  Saved with each checkpoint (`to_json`), so that a run resumed between two
-  log steps logs exactly the numbers an uninterrupted run logs.
-  """
-
-  def __init__(self, sums: dict | None = None, steps_summed: int = 0):
-    self.sums, self.steps = sums, steps_summed
-    self.last = None  # the newest step's metrics
-
-  def add(self, step_metrics: dict) -> None:
-    self.sums = (step_metrics if self.sums is None
-                 else jax.tree.map(jnp.add, self.sums, step_metrics))
-    self.steps += 1
-    self.last = step_metrics
-
-  def means(self, step: int, schedules: dict[str, Callable]) -> dict:
-    """The logged training metrics of the window that ends at `step`."""
-    sums = jax.device_get(self.sums)
-    return dict(
-        loss=float(sums["loss"]) / self.steps,
-        accuracy=float(sums["token_correct"]) / max(float(sums["token_total"]), 1.0),
-        grad_norm=float(sums["grad_norm"]) / self.steps,
-        spectral_grad_norm=float(sums["spectral_grad_norm"]) / self.steps,
-        spectral_drift=float(self.last["spectral_drift"]),
-        learning_rate=float(schedules["learning_rate"](step - 1)),
-        spectral_learning_rate=float(schedules["spectral_learning_rate"](step - 1)),
-        skipped_steps=int(sums["skipped"]))
-
-  def members(self) -> list[MetricsWindow]:
-    """A population's window (sums `[P]` per metric) as one window per member."""
-    sums, last = jax.device_get((self.sums, self.last))
-    out = []
-    for i in range(len(sums["loss"])):
-      window = MetricsWindow(population.member_tree(sums, i), self.steps)
-      window.last = population.member_tree(last, i)
-      out.append(window)
-    return out
-
-  def to_json(self) -> dict:
-    sums = {} if self.sums is None else jax.device_get(self.sums)
-    return dict(steps=self.steps,
-                sums={k: [np.asarray(v).tolist(), str(np.asarray(v).dtype)]
-                      for k, v in sums.items()})
-
-  @classmethod
-  def from_json(cls, value: dict | None) -> MetricsWindow:
-    if not value or not value["steps"]:
-      return cls()
-    sums = {k: np.asarray(v, dtype) for k, (v, dtype) in value["sums"].items()}
-    return cls(sums, value["steps"])
-
-
-class Throughput:
-  """Steps and tokens per second of this process since the last `reset`
-  (never a restored window's), and MFU when the device peak is known."""
-
-  def __init__(self, *, flops_per_step: float = 0.0, peak_flops: float = 0.0):
-    self.flops_per_step, self.peak_flops = flops_per_step, peak_flops
-    self.reset()
-
-  def reset(self) -> None:
-    self.start, self.steps, self.tokens = time.perf_counter(), 0, 0
-
-  def count(self, batch: dict) -> None:
-    self.steps += 1
-    self.tokens += int(np.asarray(batch["valid"]).sum()) * jax.process_count()
-
-  def rates(self) -> dict:
-    seconds = time.perf_counter() - self.start
-    out = dict(steps_per_sec=self.steps / seconds, tokens_per_sec=self.tokens / seconds)
-    if self.peak_flops > 0:
-      out["mfu"] = self.flops_per_step * self.steps / seconds / self.peak_flops
-    return out
-
-
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                        overwrite: bool = False, hooks: Sequence[Hook] = ()) -> dict:
   """Trains (resuming from `workdir` if it holds a checkpoint).
@@ -197,40 +115,46 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     return _train(config, workdir, task, mesh, ckpt, source, hooks)
 
 
-def _train(config, workdir, task, mesh, ckpt, source, hooks) -> dict:
-  s, state, start, data_iter, window = _restore_or_init(config, workdir, task, mesh, ckpt, source)
-  is_main = jax.process_index() == 0
-  if is_main:
-    workdir_lib.truncate_metrics(workdir, start)
-  train_step = sharding_lib.compile_ahead(steps.make_train_step(s), "train_step")
-  evaluator = evaluate.Evaluator(s)
-  writer = metrics_lib.MetricWriter(workdir, enabled=is_main, start_step=start)
-  meter = Throughput(flops_per_step=_flops_per_step(config, task), peak_flops=config.peak_flops)
-  bar = _progress(config, start, is_main)
-  save = functools.partial(_save, ckpt, config, data_iter)
+@dataclasses.dataclass
+class _Job:
+  """What `_loop` drives: a single run (`_train`) or a population
+  (`_train_population`) differ only in these."""
+  train_step: Callable     # (state, global batch) -> (state, step metrics)
+  batches: Iterator        # this process's batches
+  to_global: Callable      # a local batch -> the global batch on the mesh
+  meter: metrics_lib.Throughput
+  log: Callable            # (step, window, rates, state, *, with_valid) -> the logged record
+  save: Callable           # (step, state, window, *, force=False) -> whether a save began
+  close: Callable[[], None]
+  is_main: bool = True
+
+
+def _loop(config, workdir: str, ckpt, job: _Job, state, start: int,
+          window: metrics_lib.MetricsWindow, hooks: Sequence[Hook]) -> dict:
+  """The training loop, from step `start` to `config.steps`: step, log (and
+  evaluate) when due, save when due, run the hooks, stop early on a signal or
+  a preemption notice; one save after the loop keeps the last step."""
+  bar = _progress(config, start, job.is_main)
   summary, stop = {}, None
   step = saved = start
   with PreemptionGuard(enabled=jax.process_count() == 1) as guard:
     try:
       while step < config.steps:
-        batch = next(data_iter)
-        state, step_metrics = train_step(state, steps.to_global_batch(batch, mesh))
+        batch = next(job.batches)
+        state, step_metrics = job.train_step(state, job.to_global(batch))
         step += 1
         window.add(step_metrics)
-        meter.count(batch)
+        job.meter.count(batch)
         if is_due(step, config.log_every, config.steps):
-          summary = window.means(step, s.schedules) | meter.rates()
-          if is_due(step, config.eval_every, config.steps):
-            summary |= _evaluate_valid(evaluator, state, config)
-          writer.write(step, summary)
-          _check_finite(state)
-          window = MetricsWindow()
-          meter.reset()
+          summary = job.log(step, window, job.meter.rates(), state,
+                            with_valid=is_due(step, config.eval_every, config.steps))
+          window = metrics_lib.MetricsWindow()
+          job.meter.reset()
           if bar is not None:
             bar.set_postfix(loss=f"{summary['loss']:.4f}", tok_s=f"{summary['tokens_per_sec']:.0f}")
         if bar is not None:
           bar.update(1)
-        if step % config.checkpoint_every == 0 and save(step, state, window):
+        if step % config.checkpoint_every == 0 and job.save(step, state, window):
           saved = step
         for hook in hooks:
           hook(step, saved == step, ckpt)
@@ -238,17 +162,44 @@ def _train(config, workdir, task, mesh, ckpt, source, hooks) -> dict:
         if stop:
           break
       if saved != step:
-        save(step, state, window, force=True)
+        job.save(step, state, window, force=True)
       ckpt.wait()
     finally:
       if bar is not None:
         bar.close()
-      writer.close()
+      job.close()
   if stop:
-    _announce_preemption(stop, step, workdir, is_main)
+    _announce_preemption(stop, step, workdir, job.is_main)
     summary["preempted_at"] = step
   summary["step"] = step
   return summary
+
+
+def _train(config, workdir, task, mesh, ckpt, source, hooks) -> dict:
+  """A single run: `_loop` over the train state of `state.setup`."""
+  s, state, start, data_iter, window = _restore_or_init(config, workdir, task, mesh, ckpt, source)
+  is_main = jax.process_index() == 0
+  if is_main:
+    workdir_lib.truncate_metrics(workdir, start)
+  evaluator = evaluate.Evaluator(s)
+  writer = metrics_lib.MetricWriter(workdir, enabled=is_main, start_step=start)
+
+  def log(step, window, rates, state, *, with_valid):
+    summary = window.means(step, s.schedules) | rates
+    if with_valid:
+      summary |= _evaluate_valid(evaluator, state, config)
+    writer.write(step, summary)
+    steps.check_finite(state)
+    return summary
+
+  job = _Job(
+      train_step=sharding_lib.compile_ahead(steps.make_train_step(s), "train_step"),
+      batches=data_iter, to_global=functools.partial(steps.to_global_batch, mesh=mesh),
+      meter=metrics_lib.Throughput(flops_per_step=_flops_per_step(config, task),
+                                   peak_flops=config.peak_flops),
+      log=log, save=functools.partial(_save, ckpt, config, data_iter), close=writer.close,
+      is_main=is_main)
+  return _loop(config, workdir, ckpt, job, state, start, window, hooks)
 
 
 def _restore_or_init(config, workdir, task, mesh, ckpt, source):
@@ -260,7 +211,7 @@ def _restore_or_init(config, workdir, task, mesh, ckpt, source):
   s, state = state_lib.setup(config, mesh, task=task, params_override=params)
   restored = ckpt.restore_latest(s.abstract_state)
   if restored is None:
-    return s, state, 0, _data_iterator(config, task, start_step=0), MetricsWindow()
+    return s, state, 0, _data_iterator(config, task, start_step=0), metrics_lib.MetricsWindow()
   start, state, meta = restored
   data_iter = _data_iterator(config, task, start_step=0)
   if meta.get("process_count") != jax.process_count() or not ckpt.restore_data(start, data_iter):
@@ -269,7 +220,7 @@ def _restore_or_init(config, workdir, task, mesh, ckpt, source):
   logging.info("resumed from step %d", start)
   if jax.process_index() == 0:
     print(f"resuming {workdir} from step {start}", flush=True)
-  return s, state, start, data_iter, MetricsWindow.from_json(meta.get("metrics_window"))
+  return s, state, start, data_iter, metrics_lib.MetricsWindow.from_json(meta.get("metrics_window"))
 
 
 def _train_buckets(config, task) -> tuple[int, ...]:
@@ -296,20 +247,11 @@ def _evaluate_valid(evaluator: evaluate.Evaluator, state, config) -> dict:
   return {f"valid_{k}": results[k] for k in VALID_METRICS if k in results}
 
 
-def _check_finite(state) -> None:
-  bad = jax.device_get(state["nonfinite"])
-  if int(bad["step"]) >= 0:
-    raise NonFiniteError(
-        f"non-finite {steps.NONFINITE_WHAT[int(bad['what'])]} at step {int(bad['step'])}; "
-        f"stopped, the last good checkpoint is kept (set config.nan_policy='skip' to drop "
-        f"such updates instead)")
-
-
-def _save(ckpt, config, data_iter, step: int, state, window: MetricsWindow, *,
+def _save(ckpt, config, data_iter, step: int, state, window: metrics_lib.MetricsWindow, *,
           force: bool = False) -> bool:
   """Saves `state` as of `step` (never a state past a non-finite step); False
   when the checkpointer skips the step."""
-  _check_finite(state)
+  steps.check_finite(state)
   trajectory = jax.device_get(state["trajectory"])
   count = int(trajectory["count"])
   recorded = dict(steps=np.asarray(trajectory["steps"][:count]),
@@ -341,58 +283,26 @@ def _progress(config, start: int, is_main: bool):
 
 
 def _train_population(config, workdir, task, mesh, ckpt, hooks) -> dict:
-  """`_train` for a population: the members' stacked state and batches, their
-  own logs (`_MemberLogs`); a member gone non-finite is frozen and reported
-  while the others train on. One process (validated)."""
+  """`_loop` over a population's stacked state: per-member logs
+  (`_MemberLogs`); a member gone non-finite is frozen and reported while the
+  others train on. One process (validated)."""
   pop, state, start, window = _restore_or_init_population(config, workdir, task, mesh, ckpt)
-  train_step = population.make_train_step(pop)
   batches = population.train_batches(pop, task, buckets=_train_buckets(config, task),
                                      start_step=start)
   logs = _MemberLogs(pop, workdir, start, state)
-  meter = Throughput(flops_per_step=_flops_per_step(config, task) * pop.size,
-                     peak_flops=config.peak_flops)
-  bar = _progress(config, start, True)
-  save = functools.partial(_save_population, ckpt, config)
-  summary, stop = {}, None
-  step = saved = start
-  with PreemptionGuard() as guard:
-    try:
-      while step < config.steps:
-        batch = next(batches)
-        state, step_metrics = train_step(state, population.to_global_batch(batch, mesh))
-        step += 1
-        window.add(step_metrics)
-        meter.count(batch)
-        if is_due(step, config.log_every, config.steps):
-          summary = logs.write(step, window, meter.rates(), state,
-                               with_valid=is_due(step, config.eval_every, config.steps))
-          window = MetricsWindow()
-          meter.reset()
-          if bar is not None:
-            bar.set_postfix(loss=f"{summary['loss']:.4f}", members=summary["members_training"])
-        if bar is not None:
-          bar.update(1)
-        if step % config.checkpoint_every == 0 and save(step, state, window):
-          saved = step
-        for hook in hooks:
-          hook(step, saved == step, ckpt)
-        stop = guard.signal or ("preemption notice" if ckpt.reached_preemption(step) else None)
-        if stop:
-          break
-      if saved != step:
-        save(step, state, window, force=True)
-      ckpt.wait()
-    finally:
-      if bar is not None:
-        bar.close()
-      logs.close()
-      if hasattr(batches, "close"):  # worker processes (population.data_workers)
-        batches.close()
-  if stop:
-    _announce_preemption(stop, step, workdir, True)
-    summary["preempted_at"] = step
-  summary["step"] = step
-  return summary
+
+  def close():
+    logs.close()
+    if hasattr(batches, "close"):  # worker processes (population.data_workers)
+      batches.close()
+
+  job = _Job(
+      train_step=population.make_train_step(pop), batches=batches,
+      to_global=functools.partial(population.to_global_batch, mesh=mesh),
+      meter=metrics_lib.Throughput(flops_per_step=_flops_per_step(config, task) * pop.size,
+                                   peak_flops=config.peak_flops),
+      log=logs.write, save=functools.partial(_save_population, ckpt, config), close=close)
+  return _loop(config, workdir, ckpt, job, state, start, window, hooks)
 
 
 def _restore_or_init_population(config, workdir, task, mesh, ckpt):
@@ -400,11 +310,11 @@ def _restore_or_init_population(config, workdir, task, mesh, ckpt):
   pop = population.setup(config, mesh, task=task)
   restored = ckpt.restore_latest(pop.setup.abstract_state)
   if restored is None:
-    return pop, population.initial_state(pop), 0, MetricsWindow()
+    return pop, population.initial_state(pop), 0, metrics_lib.MetricsWindow()
   start, state, meta = restored
   logging.info("resumed from step %d", start)
   print(f"resuming {workdir} from step {start}", flush=True)
-  return pop, state, start, MetricsWindow.from_json(meta.get("metrics_window"))
+  return pop, state, start, metrics_lib.MetricsWindow.from_json(meta.get("metrics_window"))
 
 
 class _MemberLogs:
@@ -434,7 +344,7 @@ class _MemberLogs:
     self.schedules = pop.schedules
     self.frozen = population.nonfinite_members(state)  # reported before a resume
 
-  def write(self, step: int, window: MetricsWindow, rates: dict, state, *,
+  def write(self, step: int, window: metrics_lib.MetricsWindow, rates: dict, state, *,
             with_valid: bool) -> dict:
     self._report_nonfinite(step, state)
     member_rates = dict(rates, tokens_per_sec=rates["tokens_per_sec"] / self.pop.size)
@@ -475,13 +385,13 @@ class _MemberLogs:
 def _check_population_finite(size: int, state) -> None:
   bad = population.nonfinite_members(state)
   if len(bad) == size:
-    raise NonFiniteError(
+    raise steps.NonFiniteError(
         "every member of the population went non-finite ("
         + "; ".join(f"member {i}: {what} at step {s}" for i, (s, what) in sorted(bad.items()))
         + "); stopped, the last good checkpoint is kept")
 
 
-def _save_population(ckpt, config, step: int, state, window: MetricsWindow, *,
+def _save_population(ckpt, config, step: int, state, window: metrics_lib.MetricsWindow, *,
                      force: bool = False) -> bool:
   """`_save` for a population: frozen members are saved as frozen (their last
   good state); the data need not be, being a function of the step."""
