@@ -89,6 +89,18 @@ def test_reference_trainer_against_their_code(tmp_path):
   assert "stand_in" not in r
 
 
+def test_compile_options(tmp_path):
+  r = run_script("compile_options", "--smoke", "--steps=6", "--rounds=1",
+                 '--candidates={"default": {}, "O1": {"xla_backend_optimization_level": 1}}',
+                 tmp_path=tmp_path)
+  assert sum(r["steps_per_bucket"].values()) == 6 and set(r["candidates"]) == {"default", "O1"}
+  base, o1 = r["candidates"]["default"], r["candidates"]["O1"]
+  assert base["max_difference"] == 0 and base["loop_over_baseline"] == pytest.approx(1)
+  # The same function compiled with less optimisation: equal to float rounding.
+  assert 0 <= o1["max_difference"] < 1e-5
+  assert o1["compile_seconds"] > 0 and o1["projected_loop_seconds"] > 0
+
+
 def test_long_eval(tmp_path):
   # 2048 tokens: beyond one query chunk (1024), so the chunked path runs.
   r = run_script("long_eval", "--lengths=256,2048", "--runs=1", tmp_path=tmp_path)
