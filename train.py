@@ -14,6 +14,7 @@ import sys
 from bifocal_jax import host
 
 host.use_tuned_allocator()  # before JAX starts: see bifocal_jax/host.py
+host.use_compilation_cache()  # a re-run loads its compiled steps: see bifocal_jax/host.py
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app

@@ -1,38 +1,58 @@
 r"""Against DeepMind's Chomsky-hierarchy trainer (Deletang et al. 2023; JAX + Haiku).
 
-Their transformer (5 layers, width 64, 8 heads, batch 128) trains `odds_first`
-at about 15,000 tokens/s on a 2-core CPU at a fixed length of 40; with their
-uniform length curriculum (one input length n in 1..40 per batch) it compiles a
-new step for every length it meets. Here: the same model size, batch and
-curriculum (`configs/odds_first.py:paper`) on this project's train step
-(`state.setup`, `steps.make_train_step`). Each batch is padded to a length
-bucket (n input symbols + n query positions, rounded up to a multiple of 8:
-8, 16, ..., 80): 10 compilations instead of 40, made before the first step.
-`--bucket_every=0` pads to powers of two instead (16, 32, 64, 80: 4
-compilations, 25% padding instead of 7%), as `train.py` does by default.
+Their `odds_first` run (transformer encoder, ROTARY encodings, 5 layers, width
+64, 8 heads, batch 128, a uniform length curriculum: one input length n in
+1..40 per batch, so their jit compiles one step per length) against this
+project's trainer on the same task, model size, batch and lengths
+(`configs/odds_first.py:paper`, `state.setup`, `steps.make_train_step`). Each
+of our batches is padded to a length bucket (n input symbols + n query
+positions, rounded up to a multiple of 8: 8, 16, ..., 80): 10 compilations
+instead of 40, made before the first step. `--bucket_every=0` pads to powers
+of two instead (16, 32, 64, 80), as `train.py` does by default.
 
-  python benchmarks/reference_trainer.py                  # 2,000 steps (minutes)
-  python benchmarks/reference_trainer.py --steps=100      # a quick look
-  python benchmarks/reference_trainer.py --kind=rope --out=/tmp/ref.json
+  # the comparison of record: their code from a checkout, in the same run
+  python benchmarks/reference_trainer.py --reference_checkout=DIR \
+      --out=benchmarks/results/reference_trainer.json
+  python benchmarks/reference_trainer.py --steps=100      # a quick look (stand-in)
+  python benchmarks/reference_trainer.py --smoke --steps=6  # seconds (tests)
 
-Reported:
-  end-to-end    wall time from building the model to the last step's result
-                on the host: setup, every compilation, data, all steps.
-  steady state  tokens/s of the training loop after compilation, and of steps
-                at the fixed length 40 (their figure's setting).
-  rebuild       their trainer rebuilt in Haiku (`haiku_reference.py`), run
-                after ours in the same process on the same input lengths:
-                its measured end-to-end time, and ours against it. This is
-                the comparison of record; the projection below is kept for
-                continuity.
-  reference     their end-to-end time, projected: this run's curriculum
-                tokens at their 15,000 tokens/s (the lower bound), plus one
-                compilation for each of the 40 lengths, estimated as this
-                project's train step traced and compiled at
-                `--reference_compile_samples` of their lengths (our model, not
-                their Haiku one: an estimate). A token is one position the
-                transformer processes: input plus output tape, 2n per example,
-                as their `make_model_with_empty_targets` feeds it.
+The reference:
+  original   with `--reference_checkout=DIR` (a checkout of
+             github.com/google-deepmind/neural_networks_chomsky_hierarchy),
+             `original_trainer.py` runs their own `TrainingWorker` and model
+             from DIR in a subprocess after ours, on the same input lengths:
+             `original_end_to_end_seconds`, `ours_end_to_end_seconds`,
+             `speedup_vs_original`. It runs with the default glibc allocator
+             and no compilation cache, as their code does.
+  stand-in   without it (CI has no network, so no checkout), their trainer
+             rebuilt in Haiku (`haiku_reference.py`) runs in this process
+             instead: a smoke stand-in that keeps the comparison's plumbing
+             tested, not the reference (it ran slower than the original).
+
+What differs between the two trainers, by design (same task, sizes, batch,
+lengths and optimiser family; each its own model details): ours is pre-LN
+with GELU and no dropout, embeds tokens (PAD, 0, 1, ?) and pads each batch to
+its bucket with a key mask; theirs is post-LN with ReLU, dropout 0.1,
+one-hot inputs through a linear embedding, exact lengths. Ours uses
+`position.kind` (bifocal: half the heads with trainable frequencies; `rope`
+for plain rotary on every head), AdamW with warm-up and Spectral Evolution's
+parameter group, non-finite guards and the frequency trajectory in the step;
+theirs Adam 1e-3 with the same clipping. Their `odds_first` writes s_2 s_4 ..
+then s_1 s_3 .. (their code; their docstring says odd first), ours s_1 s_3 ..
+first: the same amount of work. Each reads the loss back as its trainer does
+(ours every step, `--in_flight` behind; theirs every 100 steps).
+
+Reported for ours: end to end = wall time from building the model to the
+last step's result on the host (setup, every compilation, data, all steps);
+the steady-state tokens/s of the loop and at the fixed length 40; and the
+persistent compilation cache (`bifocal_jax/host.py`, on by default): its
+directory, and whether this run found its programs there (`warm`) or
+compiled them (`cold`). A cold run is the one to compare; a second run of
+the same command is warm. `BIFOCAL_COMPILATION_CACHE=off` disables it,
+`=DIR` moves it (a fresh DIR gives a cold run). Each end-to-end time comes
+with the process's CPU time over the same span (`*_cpu_seconds`), which a
+shared machine disturbs less than wall time. A token is one position the
+transformer processes: input plus output tape, 2n per example.
 """
 
 from __future__ import annotations
@@ -40,11 +60,15 @@ from __future__ import annotations
 from bifocal_jax import host
 
 host.use_tuned_allocator()  # before JAX starts: see bifocal_jax/host.py
+host.use_compilation_cache()
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
 import collections
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 import grain
@@ -52,15 +76,15 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from bifocal_jax import sharding, tasks
-from bifocal_jax import steps as steps_lib
+from bifocal_jax import launch, sharding, tasks
 from bifocal_jax import state as state_lib
+from bifocal_jax import steps as steps_lib
 from bifocal_jax.tasks import pipeline
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
+import original_trainer  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-REFERENCE_TOKENS_PER_SEC = 15_000.0
 MAX_INPUT_LENGTH = 40
 
 _STEPS = flags.DEFINE_integer("steps", 2000, "Training steps.", lower_bound=1)
@@ -72,12 +96,17 @@ _FIXED_STEPS = flags.DEFINE_integer(
 _BUCKET_EVERY = flags.DEFINE_integer(
     "bucket_every", 8, "Pad each batch to a multiple of this many positions; 0: powers of two.",
     lower_bound=0)
-_REFERENCE_COMPILE_SAMPLES = flags.DEFINE_integer(
-    "reference_compile_samples", 4,
-    "Lengths at which to time a compilation for the reference's recompilations (0: skip).",
-    lower_bound=0)
-_HAIKU_REBUILD = flags.DEFINE_bool(
-    "haiku_rebuild", True, "Also run their trainer rebuilt in Haiku (haiku_reference.py).")
+_XLA_OPTIONS = flags.DEFINE_string(
+    "xla_options", "{}", "JSON: XLA compile options for our train step, e.g. "
+    '\'{"xla_backend_optimization_level": 1}\' (see compile_options.py).')
+_CHECKOUT = flags.DEFINE_string(
+    "reference_checkout", None,
+    "A checkout of neural_networks_chomsky_hierarchy: run their trainer from it after ours.")
+_ORIGINAL_PYTHON = flags.DEFINE_string(
+    "original_python", sys.executable, "The Python that runs their trainer (its own venv, say).")
+_STAND_IN = flags.DEFINE_bool(
+    "stand_in", True, "Without --reference_checkout: run the Haiku rebuild (haiku_reference.py) "
+    "as a smoke stand-in for their trainer.")
 _SMOKE = flags.DEFINE_bool("smoke", False, "Tiny model and lengths (tests: seconds).")
 _OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
 
@@ -136,50 +165,59 @@ def abstract_batch(batch_size: int, width: int, mesh) -> dict:
           for k, d in dtypes.items()}
 
 
-def compile_step(step_fn, abstract_state, batch_size: int, width: int, mesh):
-  """The train step traced and compiled for batches `width` positions long."""
-  return step_fn.lower(abstract_state, abstract_batch(batch_size, width, mesh)).compile()
-
-
-def compile_buckets(step_fn, abstract_state, batch_size: int, buckets, mesh) -> dict:
+def compile_buckets(step_fn, abstract_state, batch_size: int, buckets, mesh, xla_options=None):
   """The train step compiled for every bucket, one after another (XLA:CPU
-  compiles on all cores already: two at a time took as long here)."""
-  return {w: compile_step(step_fn, abstract_state, batch_size, w, mesh) for w in buckets}
-
-
-def time_reference_compiles(step_fn, abstract_state, batch_size: int, curriculum, mesh,
-                            samples: int) -> list[float]:
-  """Seconds to trace and compile the step at `samples` of the reference's
-  lengths (2n positions), spread over 1..max_length, none a bucket of ours (so
-  nothing is reused from the run)."""
-  lengths = [n for n in range(1, curriculum.max_length + 1) if 2 * n not in curriculum.buckets]
-  picks = sorted({lengths[int(i)] for i in np.linspace(0, len(lengths) - 1, samples)})
-  seconds = []
-  for n in picks:
+  compiles on all cores already: two at a time took as long here):
+  `({width: executable}, {width: seconds to trace and lower}, {width: seconds
+  to compile, or to load from the persistent cache})`."""
+  compiled, lower_seconds, compile_seconds = {}, {}, {}
+  for w in buckets:
     start = time.perf_counter()
-    compile_step(step_fn, abstract_state, batch_size, 2 * n, mesh)
-    seconds.append(time.perf_counter() - start)
-  return seconds
+    lowered = step_fn.lower(abstract_state, abstract_batch(batch_size, w, mesh))
+    lowered_at = time.perf_counter()
+    compiled[w] = lowered.compile(compiler_options=xla_options or None)
+    lower_seconds[w], compile_seconds[w] = lowered_at - start, time.perf_counter() - lowered_at
+  return compiled, lower_seconds, compile_seconds
 
 
-def run(steps: int, kind: str, *, in_flight: int = 2, fixed_steps: int = 10,
-        bucket_every: int = 8, reference_compile_samples: int = 4, haiku_rebuild: bool = True,
-        smoke: bool = False) -> dict:
-  config = reference_config(kind, steps, smoke)
+class CacheEvents:
+  """Counts JAX's persistent-cache hits and writes from now on."""
+
+  def __init__(self):
+    self.hits = self.writes = 0
+    jax.monitoring.register_event_listener(self._on_event)
+
+  def _on_event(self, event: str, **kwargs):
+    del kwargs
+    if event == "/jax/compilation_cache/cache_hits":
+      self.hits += 1
+    elif event == "/jax/compilation_cache/cache_misses":  # recorded when an entry is written
+      self.writes += 1
+
+  def report(self, compilations: int) -> dict:
+    directory = jax.config.jax_compilation_cache_dir
+    if not directory:
+      state = "off"
+    else:
+      state = "warm" if self.hits >= compilations else "cold" if self.hits == 0 else "partly warm"
+    return dict(dir=directory, state=state, hits=self.hits, writes=self.writes)
+
+
+def run_ours(steps: int, kind: str, lengths: np.ndarray, curriculum: Curriculum, config, *,
+             in_flight: int = 2, fixed_steps: int = 10, xla_options=None) -> dict:
+  """This project's trainer on `lengths` (one input length per step)."""
   mesh = sharding.make_mesh(config.mesh)
-  max_length = 4 if smoke else MAX_INPUT_LENGTH
-  curriculum = Curriculum(config.task, batch_size=config.batch_size, seed=config.seed,
-                          max_length=max_length, bucket_every=bucket_every)
-  lengths = np.array([curriculum.length(s) for s in range(steps)])
+  max_length = curriculum.max_length
   valid_tokens = int(2 * lengths.sum()) * config.batch_size
   padded_tokens = sum(curriculum.bucket(int(n)) for n in lengths) * config.batch_size
+  cache = CacheEvents()
   with jax.set_mesh(mesh):
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     s, state = state_lib.setup(config, mesh, task=curriculum.tasks[max_length])
     setup_done = time.perf_counter()
     step_fn = steps_lib.make_train_step(s)
-    compiled = compile_buckets(step_fn, s.abstract_state, config.batch_size, curriculum.buckets,
-                               mesh)
+    compiled, lower_seconds, compile_seconds = compile_buckets(
+        step_fn, s.abstract_state, config.batch_size, curriculum.buckets, mesh, xla_options)
     compile_done = time.perf_counter()
     pending = collections.deque()
     losses = []
@@ -190,7 +228,7 @@ def run(steps: int, kind: str, *, in_flight: int = 2, fixed_steps: int = 10,
       if len(pending) > in_flight:  # bound the host's run-ahead, as a trainer's logging does
         losses.append(float(pending.popleft()["loss"]))
     losses += [float(m["loss"]) for m in pending]
-    end = time.perf_counter()
+    end, end_cpu = time.perf_counter(), time.process_time()
     # Steady state at their setting: input length 40 (bucket 80), no data work.
     fixed = steps_lib.to_global_batch(curriculum.batch(steps, max_length), mesh)
     fixed_step = compiled[fixed["inputs"].shape[1]]
@@ -199,81 +237,142 @@ def run(steps: int, kind: str, *, in_flight: int = 2, fixed_steps: int = 10,
       state, metrics = fixed_step(state, fixed)
     jax.block_until_ready(metrics)
     fixed_seconds = (time.perf_counter() - fixed_start) / max(fixed_steps, 1)
-    reference_compiles = time_reference_compiles(
-        step_fn, s.abstract_state, config.batch_size, curriculum, mesh,
-        reference_compile_samples) if reference_compile_samples else []
   loop_seconds = end - compile_done
-  reference_seconds = valid_tokens / REFERENCE_TOKENS_PER_SEC
-  # Their trainer meets every length 1..max_length within the first few hundred steps.
-  reference_compile_seconds = (max_length * float(np.mean(reference_compiles))
-                               if reference_compiles else None)
-  reference_estimate = (reference_seconds + reference_compile_seconds
-                        if reference_compiles else None)
   fixed_tokens = config.batch_size * fixed["inputs"].shape[1]
-  rebuild = None
-  if haiku_rebuild:
-    import haiku_reference  # pylint: disable=g-import-not-at-top
-    rebuild = haiku_reference.run(steps, fixed_steps=fixed_steps, smoke=smoke, lengths=lengths)
-    if rebuild["tokens"] != valid_tokens:
-      raise AssertionError(f"the rebuild trained {rebuild['tokens']} tokens, ours {valid_tokens}")
   return dict(
-      machine=bench_util.machine(), kind=kind, steps=steps, batch_size=config.batch_size,
-      max_input_length=max_length,
+      kind=kind, steps=steps, batch_size=config.batch_size, max_input_length=max_length,
+      xla_options=xla_options or {},
       model=config.model.to_dict(), buckets=list(curriculum.buckets),
       compilations=len(compiled),
+      lower_seconds_by_bucket={str(w): t for w, t in lower_seconds.items()},
+      xla_compile_seconds_by_bucket={str(w): t for w, t in compile_seconds.items()},
+      compilation_cache=cache.report(len(compiled)),
       setup_seconds=setup_done - start, compile_seconds=compile_done - setup_done,
       loop_seconds=loop_seconds, end_to_end_seconds=end - start,
+      end_to_end_cpu_seconds=end_cpu - start_cpu,
       valid_tokens=valid_tokens, padded_tokens=padded_tokens,
       steady_tokens_per_sec=valid_tokens / loop_seconds,
       steady_padded_tokens_per_sec=padded_tokens / loop_seconds,
       fixed_length_tokens_per_sec=fixed_tokens / fixed_seconds if fixed_steps else None,
-      first_loss=losses[0], last_loss=float(np.mean(losses[-20:])),
-      reference_tokens_per_sec=REFERENCE_TOKENS_PER_SEC,
-      reference_end_to_end_seconds_lower_bound=reference_seconds,
-      speedup_vs_reference=reference_seconds / (end - start),
-      reference_compile_sample_seconds=reference_compiles,
-      reference_compile_seconds_estimate=reference_compile_seconds,
-      reference_end_to_end_seconds_estimate=reference_estimate,
-      speedup_vs_reference_estimate=(reference_estimate / (end - start)
-                                     if reference_estimate else None),
-      haiku_rebuild=rebuild,
-      speedup_vs_haiku_rebuild=rebuild["end_to_end_seconds"] / (end - start) if rebuild else None)
+      first_loss=losses[0], last_loss=float(np.mean(losses[-20:])))
+
+
+def original_environment() -> dict[str, str]:
+  """This environment as their trainer gets it: without our allocator
+  tunables and without our compilation cache (their code has neither)."""
+  drop = ("GLIBC_TUNABLES", "BIFOCAL_HOST_ALLOCATOR_PID", "JAX_COMPILATION_CACHE_DIR")
+  return {k: v for k, v in os.environ.items()
+          if k not in drop and not k.startswith("JAX_PERSISTENT_CACHE_")}
+
+
+def run_original(checkout: str, lengths: np.ndarray, *, smoke: bool, python: str) -> dict:
+  """Their trainer from `checkout`, in a subprocess (`original_trainer.py`)."""
+  with tempfile.TemporaryDirectory() as tmp:
+    lengths_file, out = os.path.join(tmp, "lengths.json"), os.path.join(tmp, "original.json")
+    with open(lengths_file, "w") as f:
+      json.dump([int(n) for n in lengths], f)
+    command = [python, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "original_trainer.py"),
+               f"--reference_checkout={checkout}", f"--lengths_file={lengths_file}",
+               f"--out={out}", f"--smoke={smoke}"]
+    result = subprocess.run(command, env=original_environment(), capture_output=True, text=True,
+                            check=False)
+    if result.returncode:
+      sys.stderr.write(result.stderr[-4000:])
+      raise RuntimeError(f"their trainer failed (exit status {result.returncode}): "
+                         f"{' '.join(command)}")
+    with open(out) as f:
+      return json.load(f)
+
+
+def without_compilation_cache() -> None:
+  """This process's later compilations neither read nor write the cache."""
+  from jax.experimental.compilation_cache import compilation_cache  # pylint: disable=g-import-not-at-top
+  jax.config.update("jax_enable_compilation_cache", False)
+  compilation_cache.reset_cache()
+
+
+def run(steps: int, kind: str, *, in_flight: int = 2, fixed_steps: int = 10,
+        bucket_every: int = 8, checkout: str | None = None, stand_in: bool = True,
+        original_python: str = sys.executable, smoke: bool = False, xla_options=None) -> dict:
+  config = reference_config(kind, steps, smoke)
+  max_length = 4 if smoke else MAX_INPUT_LENGTH
+  curriculum = Curriculum(config.task, batch_size=config.batch_size, seed=config.seed,
+                          max_length=max_length, bucket_every=bucket_every)
+  lengths = np.array([curriculum.length(s) for s in range(steps)])
+  ours = run_ours(steps, kind, lengths, curriculum, config, in_flight=in_flight,
+                  fixed_steps=fixed_steps, xla_options=xla_options)
+  r = dict(machine=bench_util.machine(), **ours, ours_end_to_end_seconds=ours["end_to_end_seconds"],
+           lengths=lengths.tolist())
+  if checkout:
+    original = run_original(checkout, lengths, smoke=smoke, python=original_python)
+    if original["tokens"] != ours["valid_tokens"] or original["steps"] != steps:
+      raise AssertionError(f"their trainer ran {original['steps']} steps of {original['tokens']} "
+                           f"tokens, ours {steps} of {ours['valid_tokens']}")
+    r.update(original=original, original_end_to_end_seconds=original["end_to_end_seconds"],
+             speedup_vs_original=original["end_to_end_seconds"] / ours["end_to_end_seconds"],
+             cpu_time_ratio_vs_original=(original["end_to_end_cpu_seconds"]
+                                         / ours["end_to_end_cpu_seconds"]))
+  elif stand_in:
+    import haiku_reference  # pylint: disable=g-import-not-at-top
+    without_compilation_cache()  # it stands in for code that has none
+    rebuild = haiku_reference.run(steps, fixed_steps=fixed_steps, smoke=smoke, lengths=lengths)
+    if rebuild["tokens"] != ours["valid_tokens"]:
+      raise AssertionError(f"the stand-in trained {rebuild['tokens']} tokens, "
+                           f"ours {ours['valid_tokens']}")
+    rebuild["label"] = "smoke stand-in: our Haiku rebuild of their trainer, not their code"
+    r.update(stand_in=rebuild,
+             speedup_vs_stand_in=rebuild["end_to_end_seconds"] / ours["end_to_end_seconds"])
+  return r
+
+
+def report(r: dict) -> str:
+  m = r["machine"]
+  lines = [
+      f"{m['cpu']}, {m['cores']} cores, {m['date']}, load average {m['load_average']}",
+      f"odds_first, {r['kind']}, {r['model']['num_layers']} layers, width "
+      f"{r['model']['d_model']}, {r['model']['num_heads']} heads, batch {r['batch_size']}, "
+      f"{r['steps']} steps, uniform input lengths 1..{r['max_input_length']} per batch, buckets "
+      f"{r['buckets']} ({r['compilations']} compilations)",
+      f"ours: end-to-end {r['end_to_end_seconds']:.1f} s = setup {r['setup_seconds']:.1f} s + "
+      f"compile {r['compile_seconds']:.1f} s (tracing and lowering "
+      f"{sum(r['lower_seconds_by_bucket'].values()):.1f} s) + {r['steps']} steps "
+      f"{r['loop_seconds']:.1f} s "
+      f"(CPU {r['end_to_end_cpu_seconds']:.1f} s); "
+      f"compilation cache {r['compilation_cache']['state']} ({r['compilation_cache']['dir']})",
+      f"ours steady state: {r['steady_tokens_per_sec']:,.0f} tokens/s "
+      f"({r['steady_padded_tokens_per_sec']:,.0f} with padding); fixed length "
+      f"{r['max_input_length']}: {r['fixed_length_tokens_per_sec'] or 0:,.0f} tokens/s; loss "
+      f"{r['first_loss']:.3f} -> {r['last_loss']:.3f}"]
+  if "original" in r:
+    o = r["original"]
+    lines.append(
+        f"their trainer (from the checkout, same lengths, after ours): end-to-end "
+        f"{o['end_to_end_seconds']:.1f} s (setup {o['setup_seconds']:.1f} s, first calls at "
+        f"{o['compilations']} lengths {o['first_call_seconds_sum']:.1f} s, loop "
+        f"{o['loop_seconds']:.1f} s; CPU {o['end_to_end_cpu_seconds']:.1f} s); ours is "
+        f"{r['speedup_vs_original']:.2f}x faster end to end (CPU time "
+        f"{r['cpu_time_ratio_vs_original']:.2f}x less)")
+  if "stand_in" in r:
+    h = r["stand_in"]
+    lines.append(
+        f"stand-in (our Haiku rebuild, NOT their trainer; pass --reference_checkout for it): "
+        f"end-to-end {h['end_to_end_seconds']:.1f} s; ours is {r['speedup_vs_stand_in']:.2f}x "
+        f"faster end to end")
+  return "\n".join(lines)
 
 
 def main(argv):
   del argv
+  if _CHECKOUT.value is not None:
+    problem = original_trainer.checkout_problem(_CHECKOUT.value)
+    if problem:
+      launch.fail(problem)
   r = run(_STEPS.value, _KIND.value, in_flight=_IN_FLIGHT.value, fixed_steps=_FIXED_STEPS.value,
-          bucket_every=_BUCKET_EVERY.value,
-          reference_compile_samples=_REFERENCE_COMPILE_SAMPLES.value,
-          haiku_rebuild=_HAIKU_REBUILD.value, smoke=_SMOKE.value)
-  m = r["machine"]
-  print(f"{m['cpu']}, {m['cores']} cores, {m['date']}, load average {m['load_average']}")
-  print(f"odds_first, {r['kind']}, {r['model']['num_layers']} layers, width "
-        f"{r['model']['d_model']}, {r['model']['num_heads']} heads, batch {r['batch_size']}, "
-        f"{r['steps']} steps, uniform input lengths 1..{r['max_input_length']} per batch, buckets "
-        f"{r['buckets']} ({r['compilations']} compilations)")
-  print(f"end-to-end {r['end_to_end_seconds']:.0f} s = setup {r['setup_seconds']:.1f} s + "
-        f"compile {r['compile_seconds']:.1f} s + {r['steps']} steps {r['loop_seconds']:.1f} s")
-  print(f"steady state: {r['steady_tokens_per_sec']:,.0f} tokens/s "
-        f"({r['steady_padded_tokens_per_sec']:,.0f} with padding); fixed length 40: "
-        f"{r['fixed_length_tokens_per_sec'] or 0:,.0f} tokens/s")
-  print(f"loss {r['first_loss']:.3f} -> {r['last_loss']:.3f}")
-  print(f"reference: >= {r['reference_end_to_end_seconds_lower_bound']:.0f} s for the same "
-        f"tokens at {REFERENCE_TOKENS_PER_SEC:,.0f} tokens/s (plus their recompilations): "
-        f"{r['speedup_vs_reference']:.2f}x faster end to end")
-  if r["reference_end_to_end_seconds_estimate"]:
-    samples = ", ".join(f"{x:.1f}" for x in r["reference_compile_sample_seconds"])
-    print(f"reference with {r['max_input_length']} recompilations "
-          f"(ours at their lengths: {samples} s each): ~"
-          f"{r['reference_end_to_end_seconds_estimate']:.0f} s: "
-          f"{r['speedup_vs_reference_estimate']:.2f}x faster end to end")
-  h = r["haiku_rebuild"]
-  if h:
-    print(f"their trainer rebuilt in Haiku, same lengths, measured after ours: end-to-end "
-          f"{h['end_to_end_seconds']:.0f} s (setup {h['setup_seconds']:.1f} s, first calls at its "
-          f"{h['compilations']} lengths {h['first_call_seconds_sum']:.1f} s, loop "
-          f"{h['loop_seconds']:.1f} s); fixed length 40: {h['fixed_length_tokens_per_sec'] or 0:,.0f} "
-          f"tokens/s; ours is {r['speedup_vs_haiku_rebuild']:.2f}x faster end to end")
+          bucket_every=_BUCKET_EVERY.value, checkout=_CHECKOUT.value, stand_in=_STAND_IN.value,
+          original_python=_ORIGINAL_PYTHON.value, smoke=_SMOKE.value,
+          xla_options=json.loads(_XLA_OPTIONS.value))
+  print(report(r))
   bench_util.write_json(_OUT.value, r)
 
 

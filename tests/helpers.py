@@ -77,10 +77,13 @@ def subprocess_env(devices: int = 1, **env) -> dict[str, str]:
 
   Like the test modules (the `fast_compiles` fixture), subprocesses let XLA
   skip most optimisation: compiling is most of the cost of these tiny runs.
+  They write no compilation cache into the user's cache home
+  (`BIFOCAL_COMPILATION_CACHE=off`; the `compilation_cache_env` fixture gives
+  them one of the session's instead).
   """
   out = dict(os.environ)
   out.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-             JAX_DISABLE_MOST_OPTIMIZATIONS="1")
+             JAX_DISABLE_MOST_OPTIMIZATIONS="1", BIFOCAL_COMPILATION_CACHE="off")
   out.update({k: str(v) for k, v in env.items()})
   return out
 

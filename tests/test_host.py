@@ -72,3 +72,54 @@ def test_opt_out_runs_without_reexecution(tmp_path):
   out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120,
                        check=True).stdout.splitlines()
   assert out == ["start"]
+
+
+HOME = os.path.expanduser("~")
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({}, f"{HOME}/.cache/bifocal_jax/jax_compilation_cache"),                  # the default
+    ({"XDG_CACHE_HOME": "/xdg"}, "/xdg/bifocal_jax/jax_compilation_cache"),     # the user's cache home
+    ({"XDG_CACHE_HOME": "rel/dir"}, f"{HOME}/.cache/bifocal_jax/jax_compilation_cache"),  # not absolute
+    ({"BIFOCAL_COMPILATION_CACHE": "/mine", "XDG_CACHE_HOME": "/xdg"}, "/mine"),  # overridden
+    ({"BIFOCAL_COMPILATION_CACHE": "~/c"}, f"{HOME}/c"),
+    ({"JAX_COMPILATION_CACHE_DIR": "/jax"}, "/jax"),                           # JAX's own setting
+    ({"BIFOCAL_COMPILATION_CACHE": "/mine", "JAX_COMPILATION_CACHE_DIR": "/jax"}, "/mine"),
+    ({"BIFOCAL_COMPILATION_CACHE": "off"}, None),                              # opted out
+    ({"BIFOCAL_COMPILATION_CACHE": "OFF", "JAX_COMPILATION_CACHE_DIR": "/jax"}, None),
+    ({"BIFOCAL_COMPILATION_CACHE": ""}, None),
+])
+def test_compilation_cache_dir(environ, expected):
+  assert host.compilation_cache_dir(environ) == expected
+
+
+CACHE_SCRIPT = """
+from bifocal_jax import host
+directory = host.use_compilation_cache()
+import jax, os
+jax.jit(lambda x: x * 2 + 1)(jax.numpy.ones(3)).block_until_ready()
+print(directory, os.environ.get("JAX_COMPILATION_CACHE_DIR"), jax.config.jax_compilation_cache_dir)
+"""
+
+
+@pytest.mark.parametrize("jax_first", [False, True])
+def test_compilation_cache_is_written_where_it_says(tmp_path, jax_first):
+  cache = tmp_path / "cache"
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+  env.update(BIFOCAL_COMPILATION_CACHE=str(cache), JAX_PLATFORMS="cpu",
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+  code = ("import jax\n" if jax_first else "") + CACHE_SCRIPT
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       check=True, timeout=120).stdout.split()
+  assert out == [str(cache)] * 3
+  assert len(list(cache.iterdir())) >= 1  # the jitted function's entry
+
+
+def test_compilation_cache_opt_out_writes_nothing(tmp_path):
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+  env.update(BIFOCAL_COMPILATION_CACHE="off", JAX_PLATFORMS="cpu", HOME=str(tmp_path),
+             XDG_CACHE_HOME=str(tmp_path / "xdg"), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+  out = subprocess.run([sys.executable, "-c", CACHE_SCRIPT], env=env, capture_output=True,
+                       text=True, check=True, timeout=120).stdout.split()
+  assert out == ["None"] * 3
+  assert not (tmp_path / "xdg").exists() and not (tmp_path / ".cache").exists()
