@@ -36,12 +36,13 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/yapf --in-place --recursive --parallel bifocal_jax
 
-# The whole suite, slow end-to-end tests included (what CI runs).
-test: $(STAMP)
+# The linter and the formatter's check, then the whole suite, slow
+# end-to-end tests included (what CI runs).
+test: lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# Everything but the slow end-to-end tests.
-test-fast: $(STAMP)
+# The same, without the slow end-to-end tests.
+test-fast: lint
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 clean:

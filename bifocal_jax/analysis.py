@@ -37,6 +37,7 @@ import math
 import os
 
 import matplotlib
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
@@ -86,7 +87,8 @@ def _check_frequencies(frequencies, name: str = "frequencies") -> np.ndarray:
   return omega
 
 
-def candidate_periods(frequencies, *, max_harmonic: int = 16, tolerance: float = 0.05) -> np.ndarray:
+def candidate_periods(frequencies, *, max_harmonic: int = 16,
+                      tolerance: float = 0.05) -> np.ndarray:
   """A log grid of fundamental periods (tokens) for `harmonic_fit`.
 
   From the period putting the highest frequency at harmonic 1 to the one
@@ -125,7 +127,7 @@ def _best_period(omega, periods, max_harmonic, tolerance):
   refined = TWO_PI * (w * k * omega).sum(-1) / (w * omega**2).sum(-1)
   k, error, explained = _explain(omega, refined, max_harmonic, tolerance)
   counts = explained.sum(-1)
-  rms = np.sqrt((np.where(explained, error, 0.0) ** 2).sum(-1) / np.maximum(counts, 1))
+  rms = np.sqrt((np.where(explained, error, 0.0)**2).sum(-1) / np.maximum(counts, 1))
   best = np.lexsort((refined, rms, -counts))[0]
   return float(refined[best]), k[best].astype(np.int64), explained[best], float(rms[best])
 
@@ -161,16 +163,19 @@ def harmonic_fit(frequencies, *, periods=None, max_harmonic: int = 16, tolerance
     periods = candidate_periods(omega, max_harmonic=max_harmonic, tolerance=tolerance)
   periods = np.asarray(periods, np.float64).reshape(-1)
   if periods.size == 0 or np.any(~np.isfinite(periods)) or np.any(periods <= 0):
-    raise ValueError(f"periods must be a non-empty array of positive periods, got shape {periods.shape}")
+    raise ValueError(
+        f"periods must be a non-empty array of positive periods, got shape {periods.shape}")
 
   period, harmonics, explained, rms = _best_period(omega, periods, max_harmonic, tolerance)
   fraction = float(explained.mean())
   # Chance level: random log-uniform spectra of the same size and range.
   rng = np.random.default_rng(seed)
   lo, hi = np.log(omega.min()), np.log(omega.max())
-  chance = float(np.mean([
-      _best_period(np.exp(rng.uniform(lo, hi, omega.size)), periods, max_harmonic, tolerance)[2].mean()
-      for _ in range(null_draws)]))
+  chance = float(
+      np.mean([
+          _best_period(np.exp(rng.uniform(lo, hi, omega.size)), periods, max_harmonic,
+                       tolerance)[2].mean() for _ in range(null_draws)
+      ]))
   score = 0.0 if chance >= 1.0 else (fraction - chance) / (1.0 - chance)
   return dict(period=period, score=float(score), fraction_explained=fraction, chance=chance,
               harmonics=harmonics.tolist(), explained=explained.tolist(), rms_error=rms)
@@ -215,8 +220,8 @@ def spectrum_report(steps, frequencies, geometric=None, **fit_kwargs) -> dict:
         f"frequencies must be [T, layers, heads, pairs] with T = len(steps) = {steps.shape}, "
         f"got shape {frequencies.shape}")
   report = dict(step=int(steps[-1]) if steps.size else None, records=int(steps.size),
-                shape=list(frequencies.shape[1:]), drift=None, max_drift=None,
-                geometric_fit=None, heads=[])
+                shape=list(frequencies.shape[1:]), drift=None, max_drift=None, geometric_fit=None,
+                heads=[])
   if frequencies.size == 0:
     return report
   final = frequencies[-1]
@@ -231,11 +236,11 @@ def spectrum_report(steps, frequencies, geometric=None, **fit_kwargs) -> dict:
                 geometric_fit=_json_fit(harmonic_fit(start[0, 0], **fit_kwargs)))
   for layer in range(final.shape[0]):
     for head in range(final.shape[1]):
-      report["heads"].append(dict(
-          layer=layer, head=head, drift=float(log_drift[layer, head].mean()),
-          max_drift=float(log_drift[layer, head].max()),
-          frequencies=final[layer, head].tolist(),
-          fit=_json_fit(harmonic_fit(final[layer, head], **fit_kwargs))))
+      report["heads"].append(
+          dict(layer=layer, head=head, drift=float(log_drift[layer, head].mean()),
+               max_drift=float(log_drift[layer, head].max()), frequencies=final[layer,
+                                                                                head].tolist(),
+               fit=_json_fit(harmonic_fit(final[layer, head], **fit_kwargs))))
   return report
 
 
@@ -244,12 +249,14 @@ def format_spectrum_report(report: dict) -> str:
   if not report["heads"]:
     return "no spectral frequencies (a fixed-spectrum run)"
   g = report["geometric_fit"]
-  lines = [f"spectrum at step {report['step']} ({report['records']} records), "
-           f"mean |log drift| {report['drift']:.4f}, max {report['max_drift']:.4f}",
-           f"geometric start: score {g['score']:+.2f}, explained {g['fraction_explained']:.2f} "
-           f"(chance {g['chance']:.2f})",
-           f"{'layer':>5} {'head':>4} {'drift':>8} {'period':>10} {'score':>6} "
-           f"{'explained':>9} {'chance':>6}  harmonics"]
+  lines = [
+      f"spectrum at step {report['step']} ({report['records']} records), "
+      f"mean |log drift| {report['drift']:.4f}, max {report['max_drift']:.4f}",
+      f"geometric start: score {g['score']:+.2f}, explained {g['fraction_explained']:.2f} "
+      f"(chance {g['chance']:.2f})",
+      f"{'layer':>5} {'head':>4} {'drift':>8} {'period':>10} {'score':>6} "
+      f"{'explained':>9} {'chance':>6}  harmonics"
+  ]
   for h in report["heads"]:
     fit = h["fit"]
     period = "-" if fit["period"] is None else f"{fit['period']:.2f}"
@@ -315,7 +322,8 @@ def plot_spectrum(final, geometric, path: str) -> str:
   final = np.asarray(final, np.float64)
   geometric = np.asarray(geometric, np.float64).reshape(-1)
   if final.ndim != 3 or final.size == 0 or final.shape[-1] != geometric.size:
-    raise ValueError(f"final must be [layers, heads, pairs={geometric.size}], got shape {final.shape}")
+    raise ValueError(
+        f"final must be [layers, heads, pairs={geometric.size}], got shape {final.shape}")
   fig, ax = plt.subplots(figsize=(6.5, 4))
   pairs = np.arange(geometric.size)
   ax.plot(pairs, geometric, "k--", marker="s", ms=4, label="geometric", zorder=3)
@@ -339,7 +347,8 @@ def plot_wavelengths(final, geometric, path: str) -> str:
   final = np.asarray(final, np.float64).reshape(-1)
   geometric = np.asarray(geometric, np.float64).reshape(-1)
   if final.size == 0 or geometric.size == 0:
-    raise ValueError(f"final and geometric must be non-empty, got sizes {final.size}, {geometric.size}")
+    raise ValueError(
+        f"final and geometric must be non-empty, got sizes {final.size}, {geometric.size}")
   wave_final, wave_geometric = TWO_PI / final, TWO_PI / geometric
   both = np.concatenate([wave_final, wave_geometric])
   bins = np.geomspace(both.min() * 0.9, both.max() * 1.1, 30)
@@ -360,7 +369,8 @@ def spectrum_plots(steps, frequencies, directory: str, geometric=None) -> dict[s
   steps, frequencies = _check_trajectory(steps, frequencies)
   geometric = frequencies[0, 0, 0] if geometric is None else np.asarray(geometric).reshape(-1)
   return dict(
-      trajectory=plot_trajectory(steps, frequencies, os.path.join(directory, "spectral_trajectory.png")),
+      trajectory=plot_trajectory(steps, frequencies,
+                                 os.path.join(directory, "spectral_trajectory.png")),
       spectrum=plot_spectrum(frequencies[-1], geometric, os.path.join(directory, "spectrum.png")),
       wavelengths=plot_wavelengths(frequencies[-1], geometric,
                                    os.path.join(directory, "wavelengths.png")))

@@ -30,8 +30,7 @@ from flax import nnx
 
 from bifocal_jax import rope as rope_lib
 
-POSITION_KINDS = (
-    "nope", "rope", "partial_rope", "randomized_rope", "alibi", "spectral", "bifocal")
+POSITION_KINDS = ("nope", "rope", "partial_rope", "randomized_rope", "alibi", "spectral", "bifocal")
 ROTARY_KINDS = ("rope", "partial_rope", "randomized_rope", "spectral", "bifocal")
 # The attention bias of a masked key (added to its score).
 MASKED = float(np.finfo(np.float32).min)
@@ -39,17 +38,18 @@ MASKED = float(np.finfo(np.float32).min)
 
 def default_position_config() -> ml_collections.ConfigDict:
   """Every key the attention layer understands, with its default."""
-  return ml_collections.ConfigDict(dict(
-      kind="bifocal",
-      base=10_000.0,            # geometric spectrum base (theta)
-      layout="half",            # "half" (Llama) or "interleaved" (GPT-J)
-      rotary_fraction=0.5,      # partial_rope: fraction of each head rotated
-      max_position=8192,        # randomized_rope: positions drawn from [0, max_position)
-      randomize_eval=True,      # randomized_rope: also randomize at evaluation (as Ruoss et al.)
-      split="heads",            # bifocal: "heads" or "pairs"
-      spectral_heads=-1,        # bifocal/heads: number of spectral heads (-1: half)
-      spectral_pairs=-1,        # bifocal/pairs: spectral pairs per head (-1: half)
-  ))
+  return ml_collections.ConfigDict(
+      dict(
+          kind="bifocal",
+          base=10_000.0,  # geometric spectrum base (theta)
+          layout="half",  # "half" (Llama) or "interleaved" (GPT-J)
+          rotary_fraction=0.5,  # partial_rope: fraction of each head rotated
+          max_position=8192,  # randomized_rope: positions drawn from [0, max_position)
+          randomize_eval=True,  # randomized_rope: also randomize at evaluation (as Ruoss et al.)
+          split="heads",  # bifocal: "heads" or "pairs"
+          spectral_heads=-1,  # bifocal/heads: number of spectral heads (-1: half)
+          spectral_pairs=-1,  # bifocal/pairs: spectral pairs per head (-1: half)
+      ))
 
 
 def spectral_eyes(position: ml_collections.ConfigDict, *, num_heads: int,
@@ -87,8 +87,7 @@ def make_rope(position: ml_collections.ConfigDict, *, num_heads: int, head_dim: 
   if kind == "spectral":
     return rope_lib.SpectralRoPE(**common, num_heads=num_heads)
   if kind == "bifocal":
-    spectral_heads, spectral_pairs = spectral_eyes(position, num_heads=num_heads,
-                                                   head_dim=head_dim)
+    spectral_heads, spectral_pairs = spectral_eyes(position, num_heads=num_heads, head_dim=head_dim)
     return rope_lib.BifocalRoPE(**common, num_heads=num_heads, split=position.split,
                                 spectral_heads=spectral_heads, spectral_pairs=spectral_pairs)
   if kind in ("nope", "alibi"):
@@ -104,32 +103,28 @@ class Attention(nnx.Module):
   """
 
   def __init__(self, d_model: int, num_heads: int, head_dim: int,
-               position: ml_collections.ConfigDict, *, causal: bool,
-               dtype: Any = jnp.float32, query_chunk: int = 1024, rngs: nnx.Rngs):
+               position: ml_collections.ConfigDict, *, causal: bool, dtype: Any = jnp.float32,
+               query_chunk: int = 1024, rngs: nnx.Rngs):
     if head_dim % 2:
       raise ValueError(f"head_dim must be even for rotary embeddings, got {head_dim}")
     self.num_heads, self.head_dim, self.causal, self.dtype = num_heads, head_dim, causal, dtype
     self.kind = position.kind
     self.query_chunk = query_chunk
     init = jax.nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2, 3))
-    self.qkv_DxTxHxK = nnx.Param(
-        init(rngs.params(), (d_model, 3, num_heads, head_dim)),
-        logical_axes=("embed", None, "heads", "head_dim"))
+    self.qkv_DxTxHxK = nnx.Param(init(rngs.params(), (d_model, 3, num_heads, head_dim)),
+                                 logical_axes=("embed", None, "heads", "head_dim"))
     out_init = jax.nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2)
-    self.out_HxKxD = nnx.Param(
-        out_init(rngs.params(), (num_heads, head_dim, d_model)),
-        logical_axes=("heads", "head_dim", "embed"))
+    self.out_HxKxD = nnx.Param(out_init(rngs.params(), (num_heads, head_dim, d_model)),
+                               logical_axes=("heads", "head_dim", "embed"))
     self.rope = make_rope(position, num_heads=num_heads, head_dim=head_dim)
-    self.alibi_slopes = (
-        nnx.Variable(jnp.asarray(rope_lib.alibi_slopes(num_heads)))
-        if self.kind == "alibi" else None)
+    self.alibi_slopes = (nnx.Variable(jnp.asarray(rope_lib.alibi_slopes(num_heads)))
+                         if self.kind == "alibi" else None)
 
   def __call__(self, x_BxLxD: jax.Array, positions_BxL: jax.Array,
                valid_BxL: jax.Array | None = None) -> jax.Array:
     """`positions_BxL` may be `[1, L]` (shared by the batch: the model passes
     in-order positions so), which makes the rotary angles `[L, heads, pairs]`."""
-    qkv_TxBxLxHxK = jnp.einsum("bld,dthk->tblhk", x_BxLxD,
-                               self.qkv_DxTxHxK[...].astype(self.dtype))
+    qkv_TxBxLxHxK = jnp.einsum("bld,dthk->tblhk", x_BxLxD, self.qkv_DxTxHxK[...].astype(self.dtype))
     rope_lib.check_positions(qkv_TxBxLxHxK.shape[1:], positions_BxL.shape)
     qk_2xBxLxHxK = qkv_TxBxLxHxK[:2]
     if self.rope is not None:
@@ -169,15 +164,15 @@ def _rotate_queries_keys_bwd(layout, residuals, d_out):
   out, cos, sin, positions, frequencies = residuals
   pairs = cos.shape[-1]
   d_qk = rope_lib.rotate(d_out, cos, -sin, layout)
-  (out1, out2), (d1, d2) = (_pair_halves(x.astype(jnp.float32), pairs, layout)
-                            for x in (out, d_out))
+  (out1, out2), (d1,
+                 d2) = (_pair_halves(x.astype(jnp.float32), pairs, layout) for x in (out, d_out))
   d_angles = d2 * out1 - d1 * out2  # [2, B, L, H, pairs]
   # angles = positions * frequencies: d_frequencies = sum over (q|k, batch, seq) of
   # positions * d_angles, as a matrix-vector product (XLA:CPU reduces the major
   # dimensions of d_angles several times slower).
   weight = jnp.broadcast_to(positions.astype(jnp.float32), d_angles.shape[:3]).reshape(-1)
-  d_frequencies = jnp.dot(weight, d_angles.reshape(weight.shape[0], -1)).reshape(
-      d_angles.shape[-2:])  # [H, pairs]
+  d_frequencies = jnp.dot(weight, d_angles.reshape(weight.shape[0],
+                                                   -1)).reshape(d_angles.shape[-2:])  # [H, pairs]
   if frequencies.ndim == 1 or frequencies.shape[0] != d_frequencies.shape[0]:
     d_frequencies = d_frequencies.sum(0)  # one spectrum shared by the heads
   return d_qk, _zero_cotangent(positions), d_frequencies.reshape(frequencies.shape)
@@ -231,12 +226,13 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
     # A padding row (no valid token) still attends to one key, so that its
     # output stays finite as on the other paths (the loss masks it out).
     kernel_lengths_B = jnp.maximum(lengths_B, 1)
-    out = jax.nn.dot_product_attention(
-        q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, is_causal=causal, query_seq_lengths=kernel_lengths_B,
-        key_value_seq_lengths=kernel_lengths_B, implementation="cudnn")
+    out = jax.nn.dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, is_causal=causal,
+                                       query_seq_lengths=kernel_lengths_B,
+                                       key_value_seq_lengths=kernel_lengths_B,
+                                       implementation="cudnn")
     is_prefix_B = jnp.all(valid_BxL == (jnp.arange(valid_BxL.shape[-1]) < lengths_B[:, None]), -1)
     return jnp.where(is_prefix_B[:, None, None, None], out, jnp.nan)
-  scale = jnp.asarray(q_BxLxHxK.shape[-1] ** -0.5, q_BxLxHxK.dtype)
+  scale = jnp.asarray(q_BxLxHxK.shape[-1]**-0.5, q_BxLxHxK.dtype)
   q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q_BxLxHxK * scale, k_BxLxHxK, v_BxLxHxK))
   length = q.shape[2]
 
@@ -252,10 +248,11 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
   num_chunks = -(-length // query_chunk)
   pad = num_chunks * query_chunk - length
   b, h, _, head_dim = q.shape
-  q_chunks = jnp.pad(q, ((0, 0), (0, 0), (0, pad), (0, 0))).reshape(
-      b, h, num_chunks, query_chunk, head_dim).transpose(2, 0, 1, 3, 4)
-  pos_chunks = jnp.pad(positions_BxL, ((0, 0), (0, pad))).reshape(
-      -1, num_chunks, query_chunk).swapaxes(0, 1)
+  q_chunks = jnp.pad(q,
+                     ((0, 0), (0, 0), (0, pad), (0, 0))).reshape(b, h, num_chunks, query_chunk,
+                                                                 head_dim).transpose(2, 0, 1, 3, 4)
+  pos_chunks = jnp.pad(positions_BxL, ((0, 0), (0, pad))).reshape(-1, num_chunks,
+                                                                  query_chunk).swapaxes(0, 1)
   out = jax.lax.map(lambda args: block(args[0], args[1] * query_chunk, args[2]),
                     (q_chunks, jnp.arange(num_chunks), pos_chunks))
   # [chunks, B, H, chunk, K] -> [B, chunks * chunk, H, K]
@@ -337,5 +334,5 @@ def _sum_over_queries(a_BxHxQxS, x_BxHxQxK):
 
 def _cudnn_applies(q, bias) -> bool:
   """cuDNN's fused attention: GPU, half precision, head_dim a multiple of 8."""
-  return (jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)
-          and q.shape[-1] % 8 == 0 and q.shape[-1] <= 128 and bias is None)
+  return (jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16) and
+          q.shape[-1] % 8 == 0 and q.shape[-1] <= 128 and bias is None)

@@ -57,8 +57,8 @@ def unflatten(like, flat: dict[str, Any]):
   """Inverse of `flatten`, onto the structure of `like` (zero-size leaves from its shapes)."""
   leaves, treedef = jax.tree_util.tree_flatten_with_path(like)
   return jax.tree_util.tree_unflatten(
-      treedef, [_empty(leaf) if _is_empty(leaf) else flat[jax.tree_util.keystr(p)]
-                for p, leaf in leaves])
+      treedef,
+      [_empty(leaf) if _is_empty(leaf) else flat[jax.tree_util.keystr(p)] for p, leaf in leaves])
 
 
 def _root_cause(error: BaseException) -> str:
@@ -90,10 +90,10 @@ class Checkpointer:
 
   def __init__(self, workdir: str, *, save_every: int, keep: int, async_save: bool = True,
                read_only: bool = False):
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, save_interval_steps=save_every,
-        enable_async_checkpointing=async_save, create=not read_only, read_only=read_only,
-        cleanup_tmp_directories=not read_only)
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=save_every,
+                                           enable_async_checkpointing=async_save,
+                                           create=not read_only, read_only=read_only,
+                                           cleanup_tmp_directories=not read_only)
     self.read_only = read_only
     self.directory = checkpoint_dir(workdir)
     self.damaged_directory = os.path.join(os.path.dirname(self.directory), "damaged_checkpoints")
@@ -113,14 +113,15 @@ class Checkpointer:
   def steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
 
-  def save(self, step: int, state, data_iterator, trajectory: dict[str, np.ndarray],
-           meta: dict, *, force: bool = False) -> bool:
+  def save(self, step: int, state, data_iterator, trajectory: dict[str, np.ndarray], meta: dict, *,
+           force: bool = False) -> bool:
     args = dict(
-        state=ocp.args.StandardSave(flatten(state)),
-        trajectory=ocp.args.StandardSave(
-            {k: v for k, v in trajectory.items() if not _is_empty(v)}),
-        meta=ocp.args.JsonSave(dict(meta, trajectory_shapes={
-            k: [list(v.shape), str(v.dtype)] for k, v in trajectory.items()})))
+        state=ocp.args.StandardSave(flatten(state)), trajectory=ocp.args.StandardSave({
+            k: v for k, v in trajectory.items() if not _is_empty(v)
+        }), meta=ocp.args.JsonSave(
+            dict(meta, trajectory_shapes={
+                k: [list(v.shape), str(v.dtype)] for k, v in trajectory.items()
+            })))
     if data_iterator is not None:
       args["data"] = grain.checkpoint.CheckpointSave(data_iterator)
     return self.manager.save(step, args=ocp.args.Composite(**args), force=force)
@@ -130,8 +131,9 @@ class Checkpointer:
 
   def restore(self, step: int, abstract_state) -> tuple[Any, dict]:
     """`(state, meta)` of the checkpoint at `step`, laid out like `abstract_state`."""
-    restored = self.manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(flatten(abstract_state)), meta=ocp.args.JsonRestore()))
+    restored = self.manager.restore(
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(flatten(abstract_state)),
+                                      meta=ocp.args.JsonRestore()))
     return unflatten(abstract_state, restored["state"]), dict(restored["meta"])
 
   def restore_latest(self, abstract_state) -> tuple[int, Any, dict] | None:
@@ -145,8 +147,9 @@ class Checkpointer:
         why = _root_cause(e)
         logging.warning("checkpoint %s/%d is damaged (%s); falling back to an older one",
                         self.directory, step, why)
-        print(f"warning: checkpoint {self.directory}/{step} is damaged ({why}); "
-              "falling back to an older one", flush=True)
+        print(
+            f"warning: checkpoint {self.directory}/{step} is damaged ({why}); "
+            "falling back to an older one", flush=True)
         damaged.append(step)
         continue
       if damaged and not self.read_only:
@@ -173,8 +176,8 @@ class Checkpointer:
   def restore_data(self, step: int, data_iterator) -> bool:
     """Restores the iterator state saved at `step`; False if not restorable here."""
     try:
-      self.manager.restore(step, args=ocp.args.Composite(
-          data=grain.checkpoint.CheckpointRestore(data_iterator)))
+      self.manager.restore(
+          step, args=ocp.args.Composite(data=grain.checkpoint.CheckpointRestore(data_iterator)))
       return True
     except Exception as e:  # pylint: disable=broad-except
       logging.warning("data iterator state at step %d not restored (%s)", step, e)
@@ -185,8 +188,9 @@ class Checkpointer:
     if not steps:
       raise CheckpointError(f"no checkpoint in {self.directory}")
     step = steps[-1] if step is None else step
-    restored = self.manager.restore(step, args=ocp.args.Composite(
-        trajectory=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+    restored = self.manager.restore(
+        step, args=ocp.args.Composite(trajectory=ocp.args.StandardRestore(),
+                                      meta=ocp.args.JsonRestore()))
     out = {k: np.asarray(v) for k, v in restored["trajectory"].items()}
     for k, (shape, dtype) in restored["meta"].get("trajectory_shapes", {}).items():
       if k not in out:  # a zero-size array, not saved (see `flatten`)

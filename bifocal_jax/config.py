@@ -21,9 +21,9 @@ from bifocal_jax import tasks
 NAN_POLICIES = ("error", "skip")
 # Keys that may change between runs in one workdir without making it a
 # different experiment (see `workdir.check_config`).
-RUNTIME_KEYS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
-                "progress_bar", "mesh", "init_from", "peak_flops", "async_checkpointing",
-                "eval_examples", "eval_batch_size", "prefetch", "population.data_workers")
+RUNTIME_KEYS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "progress_bar",
+                "mesh", "init_from", "peak_flops", "async_checkpointing", "eval_examples",
+                "eval_batch_size", "prefetch", "population.data_workers")
 
 
 class ConfigError(ValueError):
@@ -45,14 +45,14 @@ def base_config(task_name: str) -> ml_collections.ConfigDict:
   c.async_checkpointing = True
   c.log_every = 50
   c.eval_every = 500
-  c.eval_examples = 512       # per held-out split, during training
+  c.eval_examples = 512  # per held-out split, during training
   c.eval_batch_size = 64
-  c.nan_policy = "error"      # "error": stop and name the step; "skip": drop the update
-  c.init_from = ""            # workdir of a trained `rope` run to start from (init_from.py)
-  c.peak_flops = 0.0          # device peak FLOP/s for MFU; 0: not reported
+  c.nan_policy = "error"  # "error": stop and name the step; "skip": drop the update
+  c.init_from = ""  # workdir of a trained `rope` run to start from (init_from.py)
+  c.peak_flops = 0.0  # device peak FLOP/s for MFU; 0: not reported
   c.progress_bar = True
-  c.prefetch = 2              # batches prepared ahead of the train step
-  c.buckets = ()              # padded lengths; () = powers of two up to the longest example
+  c.prefetch = 2  # batches prepared ahead of the train step
+  c.buckets = ()  # padded lengths; () = powers of two up to the longest example
   # Training data (`tasks.pipeline`): "finite" epochs over task.train.size examples, or
   # "fresh" ones every step (as the original Chomsky-hierarchy trainer); lengths drawn
   # "per_example" (mixed-length batches) or "per_batch" (their curriculum).
@@ -60,22 +60,26 @@ def base_config(task_name: str) -> ml_collections.ConfigDict:
   c.task = tasks.default_task_config(task_name)
   c.model = model_lib.default_model_config()
   c.position = attention.default_position_config()
-  c.spectral = ml_collections.ConfigDict(dict(
-      learning_rate=1e-2,     # Spectral Evolution: their own learning rate ...
-      warmup_steps=0,         # ... and warm-up,
-      freeze_steps=0,         # held exactly geometric for the first steps,
-      clip_norm=1.0,          # their own gradient clipping (no weight decay),
-      record_every=10,        # trajectory sampling interval (steps)
-  ))
+  c.spectral = ml_collections.ConfigDict(
+      dict(
+          learning_rate=1e-2,  # Spectral Evolution: their own learning rate ...
+          warmup_steps=0,  # ... and warm-up,
+          freeze_steps=0,  # held exactly geometric for the first steps,
+          clip_norm=1.0,  # their own gradient clipping (no weight decay),
+          record_every=10,  # trajectory sampling interval (steps)
+      ))
   c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
   # Population training (`bifocal_jax.population`): one member per combination of
   # seed x learning rate x spectral learning rate, all trained by one compiled
   # program (vmap over members). Empty tuples take the single value of `seed`,
   # `learning_rate`, `spectral.learning_rate`; all three empty: an ordinary run.
-  c.population = ml_collections.ConfigDict(dict(
-      seeds=(), learning_rates=(), spectral_learning_rates=(),
-      data_workers=0,         # processes generating the members' batches (0: threads here)
-  ))
+  c.population = ml_collections.ConfigDict(
+      dict(
+          seeds=(),
+          learning_rates=(),
+          spectral_learning_rates=(),
+          data_workers=0,  # processes generating the members' batches (0: threads here)
+      ))
   return c
 
 
@@ -183,10 +187,11 @@ def _check_batches(config, task, heads: int, *, num_devices: int, num_processes:
     _fail("batch_size", config.batch_size, f"must be divisible by the {num_processes} processes")
   if config.buckets:
     longest = task.max_sequence_length("train")
-    if (any(b <= 0 for b in config.buckets) or list(config.buckets) != sorted(config.buckets)
-        or config.buckets[-1] < longest):
-      _fail("buckets", tuple(config.buckets), f"must be increasing positive lengths, the last "
-            f">= {longest} (the longest training sequence)")
+    if (any(b <= 0 for b in config.buckets) or list(config.buckets) != sorted(config.buckets) or
+        config.buckets[-1] < longest):
+      _fail(
+          "buckets", tuple(config.buckets), f"must be increasing positive lengths, the last "
+          f">= {longest} (the longest training sequence)")
   from bifocal_jax.tasks import pipeline  # local: it needs grain
   try:
     pipeline.check_sampling(task, config.data.examples, config.data.lengths)
@@ -209,12 +214,11 @@ def _check_population(config, *, num_processes: int) -> None:
     if len(set(values)) != len(values):
       _fail(f"population.{key}", tuple(values), "must not repeat a value")
     for v in values:
-      ok = (isinstance(v, int) and not isinstance(v, bool) and v >= 0 if key == "seeds"
-            else isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
+      ok = (isinstance(v, int) and not isinstance(v, bool) and v >= 0 if key == "seeds" else
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
       if not ok:
         _fail(f"population.{key}", tuple(values),
-              "must hold non-negative integers" if key == "seeds" else
-              "must hold positive numbers")
+              "must hold non-negative integers" if key == "seeds" else "must hold positive numbers")
   workers = population.data_workers
   if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
     _fail("population.data_workers", workers, "must be a non-negative integer")

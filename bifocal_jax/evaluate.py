@@ -84,7 +84,6 @@ RESULTS_FILE = "results.json"
 DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes of attention scores per batch
 SCORE_BYTES = 4  # attention scores and softmax are float32
 
-
 # ----------------------------------------------------------------------------
 # Batching long strings within a memory budget.
 # ----------------------------------------------------------------------------
@@ -114,8 +113,8 @@ def batch_size_for_length(length: int, *, num_heads: int, budget: int = DEFAULT_
   return -(-rows // multiple) * multiple
 
 
-def regroup(rows: Iterable[dict[str, np.ndarray]], batch_size_fn: Callable[[int], int]
-            ) -> Iterator[dict[str, np.ndarray]]:
+def regroup(rows: Iterable[dict[str, np.ndarray]],
+            batch_size_fn: Callable[[int], int]) -> Iterator[dict[str, np.ndarray]]:
   """Batches of consecutive rows of equal width, `batch_size_fn(width)` rows each.
 
   `rows` (batches of one row, sorted by width) come from a length-sorted
@@ -129,8 +128,8 @@ def regroup(rows: Iterable[dict[str, np.ndarray]], batch_size_fn: Callable[[int]
     return base.pad_rows(batch, batch_size_fn(width))
 
   for row in rows:
-    if group and (row["inputs"].shape[1] != group[0]["inputs"].shape[1]
-                  or len(group) == batch_size_fn(group[0]["inputs"].shape[1])):
+    if group and (row["inputs"].shape[1] != group[0]["inputs"].shape[1] or
+                  len(group) == batch_size_fn(group[0]["inputs"].shape[1])):
       yield flush()
       group = []
     group.append(row)
@@ -138,8 +137,8 @@ def regroup(rows: Iterable[dict[str, np.ndarray]], batch_size_fn: Callable[[int]
     yield flush()
 
 
-def dyck_file_batches(path: str, *, k: int, batch_size_fn: Callable[[int], int]
-                      ) -> Iterator[dict[str, np.ndarray]]:
+def dyck_file_batches(path: str, *, k: int,
+                      batch_size_fn: Callable[[int], int]) -> Iterator[dict[str, np.ndarray]]:
   """A published Dyck file, sorted by length, in memory-bounded batches."""
   rows = external.dyck_file_batches(path, batch_size=1, k=k, buckets=length_buckets())
   return regroup(rows, batch_size_fn)
@@ -196,14 +195,12 @@ class Tally:
     total = max(float(tokens.sum()), 1.0)
     by_length, by_length_tokens = _grouped(c["length"], correct, tokens)
     by_depth, by_depth_tokens = _grouped(c["depth"], correct, tokens)
-    out = dict(
-        examples=int(correct.size), tokens=int(tokens.sum()),
-        token_accuracy=float(correct.sum()) / total,
-        sequence_accuracy=float(np.mean(correct == tokens)),
-        loss=self.loss_sum / total,
-        che_score=float(np.mean(list(by_length.values()))) if by_length else None,
-        by_length=by_length, by_length_tokens=by_length_tokens,
-        by_depth=by_depth, by_depth_tokens=by_depth_tokens)
+    out = dict(examples=int(correct.size), tokens=int(tokens.sum()),
+               token_accuracy=float(correct.sum()) / total,
+               sequence_accuracy=float(np.mean(correct == tokens)), loss=self.loss_sum / total,
+               che_score=float(np.mean(list(by_length.values()))) if by_length else None,
+               by_length=by_length, by_length_tokens=by_length_tokens, by_depth=by_depth,
+               by_depth_tokens=by_depth_tokens)
     if "close_correct" in c:
       out["close_accuracy"] = float(c["close_correct"].sum()) / total
       out["close_sequence_accuracy"] = float(np.mean(c["close_correct"] == tokens))
@@ -216,16 +213,17 @@ def confidence_intervals(columns: dict[str, np.ndarray]) -> dict[str, list[float
   per-example `columns` (`Tally`'s): `{metric: [low, high]}`."""
   correct, tokens = columns["token_correct"], columns["token_total"]
   ones = np.ones_like(tokens)
-  statistics = dict(
-      token_accuracy=stats.ratio_of_sums(correct, tokens),
-      sequence_accuracy=stats.ratio_of_sums(correct == tokens, ones),
-      che_score=stats.mean_over_groups(correct, tokens, columns["length"]))
+  statistics = dict(token_accuracy=stats.ratio_of_sums(correct, tokens),
+                    sequence_accuracy=stats.ratio_of_sums(correct == tokens, ones),
+                    che_score=stats.mean_over_groups(correct, tokens, columns["length"]))
   if "close_correct" in columns:
     close = columns["close_correct"]
     statistics["close_accuracy"] = stats.ratio_of_sums(close, tokens)
     statistics["close_sequence_accuracy"] = stats.ratio_of_sums(close == tokens, ones)
-  return {name: list(stats.bootstrap_ci(statistic, correct.size))
-          for name, statistic in statistics.items()}
+  return {
+      name: list(stats.bootstrap_ci(statistic, correct.size))
+      for name, statistic in statistics.items()
+  }
 
 
 def score_batches(batches: Iterable[dict], counts_fn: Callable[[dict], dict]) -> dict:
@@ -332,8 +330,8 @@ class Evaluator:
     return batch_size_for_length(width, num_heads=num_heads, budget=self.memory_budget,
                                  max_batch_size=self.max_batch_size, multiple=self.batch_multiple)
 
-  def split_batches(self, split: str, *, num_examples: int | None = None
-                    ) -> Iterator[dict[str, np.ndarray]]:
+  def split_batches(self, split: str, *,
+                    num_examples: int | None = None) -> Iterator[dict[str, np.ndarray]]:
     """This process's batches of the first `num_examples` of `split`, each
     padded to the split's longest length: one compilation per split (task
     splits span a few octaves at most; the published files are bucketed finely)."""
@@ -342,9 +340,10 @@ class Evaluator:
     global_batch = self.batch_size(longest)
     if global_batch % jax.process_count():
       global_batch += jax.process_count() - global_batch % jax.process_count()
-    return pipeline.eval_batches(
-        task, split, batch_size=global_batch // jax.process_count(), num_examples=num_examples,
-        buckets=(longest,), process_index=jax.process_index(), process_count=jax.process_count())
+    return pipeline.eval_batches(task, split, batch_size=global_batch // jax.process_count(),
+                                 num_examples=num_examples, buckets=(longest,),
+                                 process_index=jax.process_index(),
+                                 process_count=jax.process_count())
 
   def split(self, params, split: str, *, num_examples: int | None = None) -> dict:
     """Split results (schema: the module docstring) on one of the task's splits."""
@@ -434,8 +433,8 @@ def load_run(workdir: str, *, step: int | None = None, member: int | None = None
       raise ValueError(f"workdir={workdir!r} holds a population of "
                        f"{len(population_lib.members(config))} members: name one "
                        "(eval.py --member i, or --member all)")
-    runs, frozen = load_members(workdir, step=step, members=(member,),
-                                memory_budget=memory_budget, max_batch_size=max_batch_size)
+    runs, frozen = load_members(workdir, step=step, members=(member,), memory_budget=memory_budget,
+                                max_batch_size=max_batch_size)
     if frozen:
       raise ValueError(f"member={member}: {frozen[member]}")
     return runs[0]
@@ -449,8 +448,8 @@ def load_run(workdir: str, *, step: int | None = None, member: int | None = None
 
 
 def load_members(workdir: str, *, step: int | None = None, members: Sequence[int] | None = None,
-                 memory_budget: int = DEFAULT_MEMORY_BUDGET, max_batch_size: int | None = None
-                 ) -> tuple[list[Run], dict[int, str]]:
+                 memory_budget: int = DEFAULT_MEMORY_BUDGET,
+                 max_batch_size: int | None = None) -> tuple[list[Run], dict[int, str]]:
   """`(runs, frozen)`: a population's members (default: all) as `Run`s sharing
   one compiled evaluation step, restored from one checkpoint; members that
   went non-finite are not returned but listed in `frozen` ({index: why})."""
@@ -466,19 +465,21 @@ def load_members(workdir: str, *, step: int | None = None, members: Sequence[int
     pop = population_lib.setup(config, mesh)
   step, state = _restore(workdir, step, pop.setup.abstract_state, mesh)
   bad = population_lib.nonfinite_members(state)
-  frozen = {i: f"{all_members[i]} went non-finite ({bad[i][1]}) at step {bad[i][0]} and was "
-               "frozen there: not evaluated" for i in members if i in bad}
+  frozen = {
+      i: f"{all_members[i]} went non-finite ({bad[i][1]}) at step {bad[i][0]} and was "
+         "frozen there: not evaluated" for i in members if i in bad
+  }
   evaluator = None
   runs = []
   for i in members:
     if i in frozen:
       continue
     member_setup = pop.member_setup(i)
-    evaluator = (Evaluator(member_setup, memory_budget=memory_budget,
-                           max_batch_size=max_batch_size)
+    evaluator = (Evaluator(member_setup, memory_budget=memory_budget, max_batch_size=max_batch_size)
                  if evaluator is None else evaluator.for_setup(member_setup))
-    runs.append(Run(workdir, member_setup.config, evaluator,
-                    population_lib.member_tree(state["params"], i), int(step), member=i))
+    runs.append(
+        Run(workdir, member_setup.config, evaluator, population_lib.member_tree(state["params"], i),
+            int(step), member=i))
   return runs, frozen
 
 
@@ -526,10 +527,9 @@ def results_path(workdir: str) -> str:
 
 
 def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None = None,
-             splits: Sequence[str] | None = None,
-             num_examples: int | None = None, dyck_files: Sequence[str] = (),
-             che: bool | None = None, che_protocol: CheProtocol = CheProtocol(),
-             spectrum: bool = False,
+             splits: Sequence[str] | None = None, num_examples: int | None = None,
+             dyck_files: Sequence[str] = (), che: bool | None = None,
+             che_protocol: CheProtocol = CheProtocol(), spectrum: bool = False,
              out: str | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET,
              max_batch_size: int | None = None, log: Callable[[str], None] = print) -> dict:
   """Evaluates a run and writes (merges into) its results JSON; returns the results.
@@ -563,15 +563,14 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
     che.check(task)
   out = out or results_path(run.directory)
   results = dict(workdir=run.workdir, step=run.step, task=task.name,
-                 position_kind=run.config.position.kind, che_score=None, che_ci95=None,
-                 splits={})
+                 position_kind=run.config.position.kind, che_score=None, che_ci95=None, splits={})
   if run.member is not None:
     results["member"] = run.member
   if os.path.exists(out):
     with open(out) as f:
       previous = json.load(f)
-    if (previous.get("step") == run.step and previous.get("workdir") == run.workdir
-        and previous.get("member") == run.member):
+    if (previous.get("step") == run.step and previous.get("workdir") == run.workdir and
+        previous.get("member") == run.member):
       results["splits"].update(previous.get("splits", {}))
       if "spectrum" in previous:
         results["spectrum"] = previous["spectrum"]
@@ -597,8 +596,7 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
                                                            member=run.member)
     report = analysis.spectrum_report(recorded_steps, frequencies)
     if report["heads"]:
-      report["plots"] = analysis.spectrum_plots(recorded_steps, frequencies,
-                                                os.path.dirname(out))
+      report["plots"] = analysis.spectrum_plots(recorded_steps, frequencies, os.path.dirname(out))
     results["spectrum"] = report
     log(analysis.format_spectrum_report(report))
 
@@ -624,8 +622,8 @@ def pooled(split_results: Iterable[dict], field: str) -> dict[int, tuple[float, 
   return out
 
 
-def binned(counts: dict[int, tuple[float, float]], edges: Sequence[float]
-           ) -> list[tuple[float, float, float]]:
+def binned(counts: dict[int, tuple[float, float]],
+           edges: Sequence[float]) -> list[tuple[float, float, float]]:
   """[(low, high, accuracy)] of the non-empty bins `[edges[i], edges[i+1])`."""
   keys = np.array(sorted(counts))
   out = []
@@ -656,22 +654,24 @@ def _fmt_ci(v, ci) -> str:
 
 def format_results(results: dict) -> str:
   """The results as text tables: per split, by depth, and by length (octaves)."""
-  lines = [f"{results['workdir']}  step {results['step']}  task {results['task']}  "
-           f"position {results['position_kind']}  CHE {_fmt(results['che_score'])}"]
+  lines = [
+      f"{results['workdir']}  step {results['step']}  task {results['task']}  "
+      f"position {results['position_kind']}  CHE {_fmt(results['che_score'])}"
+  ]
   splits = results["splits"]
   if not splits:
     return lines[0]
   width = max(12, *(len(n) for n in splits))
   metrics = ("token_accuracy", "sequence_accuracy", "close_accuracy", "close_sequence_accuracy",
              "che_score")
-  lines.append(f"{'split':<{width}} {'examples':>8} " + " ".join(
-      f"{name:>11}" for name in ("token", "seq", "close", "close_seq", "che")))
+  lines.append(f"{'split':<{width}} {'examples':>8} " +
+               " ".join(f"{name:>11}" for name in ("token", "seq", "close", "close_seq", "che")))
   for name, r in splits.items():
     cells = [_fmt_ci(r.get(m), r.get("ci95", {}).get(m)) for m in metrics]
     lines.append(f"{name:<{width}} {r['examples']:>8} " + " ".join(f"{c:>11}" for c in cells))
   lines.append("(accuracy +- half the width of its 95% bootstrap interval over examples)")
-  for field, title in (("by_depth", "token accuracy by depth"),
-                       ("by_length", "token accuracy by length")):
+  for field, title in (("by_depth", "token accuracy by depth"), ("by_length",
+                                                                 "token accuracy by length")):
     lines.append(title + ":")
     for name, r in splits.items():
       counts = pooled([r], field)

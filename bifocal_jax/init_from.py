@@ -60,9 +60,10 @@ def source_config(config, task) -> ml_collections.ConfigDict:
          f"got {config.position.kind!r}")
   sizes = lambda c: (c.model.num_layers,) + model_lib.resolved_dims(c.model)
   if sizes(source) != sizes(config):
-    fail("model sizes differ from the source run's: " + ", ".join(
-        f"model.{n}={b} (source {a})" for n, a, b in zip(_SIZES, sizes(source), sizes(config))
-        if a != b))
+    fail("model sizes differ from the source run's: " +
+         ", ".join(f"model.{n}={b} (source {a})"
+                   for n, a, b in zip(_SIZES, sizes(source), sizes(config))
+                   if a != b))
   for key in ("base", "layout"):
     if source.position[key] != config.position[key]:
       fail(f"position.{key}={config.position[key]!r} differs from the source run's "
@@ -94,8 +95,8 @@ def load_params(config, source: ml_collections.ConfigDict, mesh):
     surgery.spectralize(model, per_head=True)
   else:  # bifocal: the same eyes `attention.make_rope` builds from these keys
     num_heads, head_dim = model_lib.resolved_dims(config.model)[1:3]
-    spectral_heads, spectral_pairs = attention.spectral_eyes(
-        position, num_heads=num_heads, head_dim=head_dim)
+    spectral_heads, spectral_pairs = attention.spectral_eyes(position, num_heads=num_heads,
+                                                             head_dim=head_dim)
     surgery.spectralize(model, split=position.split, spectral_heads=spectral_heads,
                         spectral_pairs=spectral_pairs)
   return nnx.state(model, nnx.Param)

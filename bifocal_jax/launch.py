@@ -42,9 +42,8 @@ def initialize_distributed() -> None:
   if _COORDINATOR is not None and _COORDINATOR.value:
     if _NUM_PROCESSES.value is None or _PROCESS_ID.value is None:
       fail("--coordinator_address needs --num_processes and --process_id")
-    jax.distributed.initialize(
-        _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
-        heartbeat_timeout_seconds=_HEARTBEAT.value)
+    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                               heartbeat_timeout_seconds=_HEARTBEAT.value)
   elif os.environ.get("TPU_WORKER_HOSTNAMES") or os.environ.get("MEGASCALE_COORDINATOR_ADDRESS"):
     jax.distributed.initialize()
 
@@ -60,8 +59,8 @@ class _ProjectInfoOnly(std_logging.Filter):
     if record.levelno >= std_logging.WARNING:
       return True
     path = os.path.abspath(record.pathname)
-    return (f"{os.sep}bifocal_jax{os.sep}" in path
-            or path == os.path.abspath(sys.argv[0]))  # the entry point itself
+    return (f"{os.sep}bifocal_jax{os.sep}" in path or
+            path == os.path.abspath(sys.argv[0]))  # the entry point itself
 
 
 def quiet_library_logs() -> None:
@@ -101,7 +100,8 @@ def describe_flag_error(error: BaseException, argv) -> str:
     # component only, and may suggest a close key on the next line.
     key, *hint = str(context.args[0]).splitlines()
     key = key.strip("'")
-    flag = next((a.split("=")[0] for a in argv
+    flag = next((a.split("=")[0]
+                 for a in argv
                  if a.startswith("--config.") and a.split("=")[0].endswith("." + key)),
                 f"--config.*.{key}")
     return f"{flag}: no such config key" + (f" ({hint[0]})" if hint else "")
@@ -115,6 +115,7 @@ def flags_parser(*config_flags):
   """An `app.run` flags parser: a bad flag, config file or `--config.KEY`
   override is one line on stderr and exit status 2 (not usage text or a
   traceback). Config files load here, so their errors are reported here too."""
+
   def parse(argv):
     try:
       args = flags.FLAGS(argv)
@@ -123,6 +124,7 @@ def flags_parser(*config_flags):
     except Exception as e:  # pylint: disable=broad-except
       fail(describe_flag_error(e, argv))
     return args
+
   return parse
 
 

@@ -19,8 +19,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bifocal_jax.rope import (
-    Layout, _check_rotary_dim, _default_positions, apply_rope, geometric_frequencies)
+from bifocal_jax.rope import (Layout, _check_rotary_dim, _default_positions, apply_rope,
+                              geometric_frequencies)
 
 
 def _rotate_one_head(x: jax.Array, input_positions, frequencies: jax.Array, layout: Layout):

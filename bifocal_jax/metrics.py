@@ -64,23 +64,22 @@ class MetricsWindow:
     self.last = None  # the newest step's metrics
 
   def add(self, step_metrics: dict) -> None:
-    self.sums = (step_metrics if self.sums is None
-                 else jax.tree.map(jnp.add, self.sums, step_metrics))
+    self.sums = (step_metrics
+                 if self.sums is None else jax.tree.map(jnp.add, self.sums, step_metrics))
     self.steps += 1
     self.last = step_metrics
 
   def means(self, step: int, schedules: dict[str, Callable]) -> dict:
     """The logged training metrics of the window that ends at `step`."""
     sums = jax.device_get(self.sums)
-    return dict(
-        loss=float(sums["loss"]) / self.steps,
-        accuracy=float(sums["token_correct"]) / max(float(sums["token_total"]), 1.0),
-        grad_norm=float(sums["grad_norm"]) / self.steps,
-        spectral_grad_norm=float(sums["spectral_grad_norm"]) / self.steps,
-        spectral_drift=float(self.last["spectral_drift"]),
-        learning_rate=float(schedules["learning_rate"](step - 1)),
-        spectral_learning_rate=float(schedules["spectral_learning_rate"](step - 1)),
-        skipped_steps=int(sums["skipped"]))
+    return dict(loss=float(sums["loss"]) / self.steps,
+                accuracy=float(sums["token_correct"]) / max(float(sums["token_total"]), 1.0),
+                grad_norm=float(sums["grad_norm"]) / self.steps,
+                spectral_grad_norm=float(sums["spectral_grad_norm"]) / self.steps,
+                spectral_drift=float(self.last["spectral_drift"]),
+                learning_rate=float(schedules["learning_rate"](step - 1)),
+                spectral_learning_rate=float(schedules["spectral_learning_rate"](step - 1)),
+                skipped_steps=int(sums["skipped"]))
 
   def members(self) -> list[MetricsWindow]:
     """A population's window (sums `[P]` per metric) as one window per member."""
@@ -94,9 +93,10 @@ class MetricsWindow:
 
   def to_json(self) -> dict:
     sums = {} if self.sums is None else jax.device_get(self.sums)
-    return dict(steps=self.steps,
-                sums={k: [np.asarray(v).tolist(), str(np.asarray(v).dtype)]
-                      for k, v in sums.items()})
+    return dict(
+        steps=self.steps, sums={
+            k: [np.asarray(v).tolist(), str(np.asarray(v).dtype)] for k, v in sums.items()
+        })
 
   @classmethod
   def from_json(cls, value: dict | None) -> MetricsWindow:

@@ -8,7 +8,6 @@ with output positions). Positional treatment lives in `attention.py`.
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -22,14 +21,15 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 def default_model_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      num_layers=2,
-      d_model=64,
-      num_heads=4,
-      head_dim=-1,       # -1: d_model // num_heads
-      mlp_dim=-1,        # -1: 4 * d_model
-      dtype="float32",   # compute dtype; parameters are float32
-  ))
+  return ml_collections.ConfigDict(
+      dict(
+          num_layers=2,
+          d_model=64,
+          num_heads=4,
+          head_dim=-1,  # -1: d_model // num_heads
+          mlp_dim=-1,  # -1: 4 * d_model
+          dtype="float32",  # compute dtype; parameters are float32
+      ))
 
 
 class LayerNorm(nnx.Module):
@@ -51,9 +51,11 @@ class Mlp(nnx.Module):
 
   def __init__(self, d_model: int, mlp_dim: int, *, dtype, rngs: nnx.Rngs):
     init = jax.nn.initializers.lecun_normal()
-    self.w_in_DxF = nnx.Param(init(rngs.params(), (d_model, mlp_dim)), logical_axes=("embed", "mlp"))
+    self.w_in_DxF = nnx.Param(init(rngs.params(), (d_model, mlp_dim)),
+                              logical_axes=("embed", "mlp"))
     self.b_in_F = nnx.Param(jnp.zeros((mlp_dim,)), logical_axes=("mlp",))
-    self.w_out_FxD = nnx.Param(init(rngs.params(), (mlp_dim, d_model)), logical_axes=("mlp", "embed"))
+    self.w_out_FxD = nnx.Param(init(rngs.params(), (mlp_dim, d_model)),
+                               logical_axes=("mlp", "embed"))
     self.b_out_D = nnx.Param(jnp.zeros((d_model,)), logical_axes=("embed",))
     self.dtype = dtype
 
@@ -69,8 +71,8 @@ class Block(nnx.Module):
                causal: bool, dtype, rngs: nnx.Rngs):
     d, heads, head_dim, mlp_dim = resolved_dims(cfg)
     self.ln_attn = LayerNorm(d)
-    self.attn = attention_lib.Attention(d, heads, head_dim, position, causal=causal,
-                                        dtype=dtype, rngs=rngs)
+    self.attn = attention_lib.Attention(d, heads, head_dim, position, causal=causal, dtype=dtype,
+                                        rngs=rngs)
     self.ln_mlp = LayerNorm(d)
     self.mlp = Mlp(d, mlp_dim, dtype=dtype, rngs=rngs)
 
@@ -106,13 +108,15 @@ class Transformer(nnx.Module):
     self.max_position = int(position.max_position)
     self.randomize_eval = bool(position.randomize_eval)
     self.embed_VxD = nnx.Param(
-        jax.random.normal(rngs.params(), (vocab_size, d)) * d**-0.5, logical_axes=("vocab", "embed"))
-    self.blocks = nnx.List([Block(cfg, position, causal=causal, dtype=self.dtype, rngs=rngs)
-                            for _ in range(cfg.num_layers)])
+        jax.random.normal(rngs.params(), (vocab_size, d)) * d**-0.5,
+        logical_axes=("vocab", "embed"))
+    self.blocks = nnx.List([
+        Block(cfg, position, causal=causal, dtype=self.dtype, rngs=rngs)
+        for _ in range(cfg.num_layers)
+    ])
     self.ln_final = LayerNorm(d)
-    self.unembed_DxV = nnx.Param(
-        jax.nn.initializers.lecun_normal()(rngs.params(), (d, vocab_size)),
-        logical_axes=("embed", "vocab"))
+    self.unembed_DxV = nnx.Param(jax.nn.initializers.lecun_normal()(rngs.params(), (d, vocab_size)),
+                                 logical_axes=("embed", "vocab"))
 
   def _randomizes(self, train: bool) -> bool:
     return self.position_kind == "randomized_rope" and (train or self.randomize_eval)

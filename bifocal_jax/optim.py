@@ -39,7 +39,6 @@ SPECTRAL_NAMES = (SPECTRAL_NAME, "log_frequency_ratio")
 
 IsSpectral = Callable[[tuple[Any, ...], Any], bool]
 
-
 # ----------------------------------------------------------------------------
 # Schedules.
 # ----------------------------------------------------------------------------
@@ -81,13 +80,12 @@ def base_schedule(learning_rate: float, *, warmup_steps: int, total_steps: int,
   _check_nonnegative_int("warmup_steps", warmup_steps)
   _check_nonnegative_int("total_steps", total_steps)
   if total_steps <= warmup_steps:
-    raise ValueError(
-        f"total_steps={total_steps} must exceed warmup_steps={warmup_steps}")
+    raise ValueError(f"total_steps={total_steps} must exceed warmup_steps={warmup_steps}")
   if not 0.0 <= end_fraction <= 1.0:
     raise ValueError(f"end_fraction must be in [0, 1], got {end_fraction!r}")
-  return optax.warmup_cosine_decay_schedule(
-      init_value=0.0, peak_value=learning_rate, warmup_steps=warmup_steps,
-      decay_steps=total_steps, end_value=learning_rate * end_fraction)
+  return optax.warmup_cosine_decay_schedule(init_value=0.0, peak_value=learning_rate,
+                                            warmup_steps=warmup_steps, decay_steps=total_steps,
+                                            end_value=learning_rate * end_fraction)
 
 
 # ----------------------------------------------------------------------------
@@ -120,8 +118,8 @@ def spectral_labels(params, is_spectral: IsSpectral | None = None):
   """
   is_spectral = is_spectral or is_spectral_frequency
   return jax.tree_util.tree_map_with_path(
-      lambda path, leaf: SPECTRAL if is_spectral(path, leaf) else BASE,
-      params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+      lambda path, leaf: SPECTRAL
+      if is_spectral(path, leaf) else BASE, params, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
 # ----------------------------------------------------------------------------
@@ -150,10 +148,8 @@ def frozen_until(inner: optax.GradientTransformation,
   def update_fn(updates, state, params=None):
     new_updates, new_inner = inner.update(updates, state.inner, params)
     frozen = state.count < freeze_steps
-    new_updates = jax.tree.map(
-        lambda u: jnp.where(frozen, jnp.zeros_like(u), u), new_updates)
-    new_inner = jax.tree.map(
-        lambda old, new: jnp.where(frozen, old, new), state.inner, new_inner)
+    new_updates = jax.tree.map(lambda u: jnp.where(frozen, jnp.zeros_like(u), u), new_updates)
+    new_inner = jax.tree.map(lambda old, new: jnp.where(frozen, old, new), state.inner, new_inner)
     return new_updates, FrozenUntilState(optax.safe_increment(state.count), new_inner)
 
   return optax.GradientTransformation(init_fn, update_fn)
@@ -186,19 +182,18 @@ def spectral_evolution(
           "build the warm-up into the schedule instead")
     schedule = spectral_learning_rate
   else:
-    schedule = spectral_schedule(
-        spectral_learning_rate, warmup_steps=warmup_steps, freeze_steps=freeze_steps)
+    schedule = spectral_schedule(spectral_learning_rate, warmup_steps=warmup_steps,
+                                 freeze_steps=freeze_steps)
   if clip_norm is not None and not clip_norm > 0:
     raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm!r}")
   adam = optax.chain(
       optax.clip_by_global_norm(clip_norm) if clip_norm is not None else optax.identity(),
       optax.scale_by_adam(b1=b1, b2=b2))
-  spectral = optax.chain(
-      frozen_until(adam, freeze_steps),
-      optax.scale_by_learning_rate(schedule))
-  return optax.partition(
-      {BASE: base, SPECTRAL: spectral},
-      lambda params: spectral_labels(params, is_spectral))
+  spectral = optax.chain(frozen_until(adam, freeze_steps), optax.scale_by_learning_rate(schedule))
+  return optax.partition({
+      BASE: base,
+      SPECTRAL: spectral
+  }, lambda params: spectral_labels(params, is_spectral))
 
 
 def _is_matrix(params):
@@ -229,17 +224,18 @@ def default_optimizer(
     raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
   if clip_norm is not None and not clip_norm > 0:
     raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm!r}")
-  learning_rate_schedule = base_schedule(
-      learning_rate, warmup_steps=warmup_steps, total_steps=total_steps)
-  spectral_learning_rate_schedule = spectral_schedule(
-      spectral_learning_rate, warmup_steps=spectral_warmup_steps,
-      freeze_steps=spectral_freeze_steps)
+  learning_rate_schedule = base_schedule(learning_rate, warmup_steps=warmup_steps,
+                                         total_steps=total_steps)
+  spectral_learning_rate_schedule = spectral_schedule(spectral_learning_rate,
+                                                      warmup_steps=spectral_warmup_steps,
+                                                      freeze_steps=spectral_freeze_steps)
   base = optax.chain(
       optax.clip_by_global_norm(clip_norm) if clip_norm is not None else optax.identity(),
-      optax.adamw(learning_rate_schedule, b1=b1, b2=b2, weight_decay=weight_decay,
-                  mask=_is_matrix))
-  tx = spectral_evolution(
-      base, spectral_learning_rate=spectral_learning_rate_schedule,
-      freeze_steps=spectral_freeze_steps, clip_norm=spectral_clip_norm, b1=b1, b2=b2)
-  return tx, {"learning_rate": learning_rate_schedule,
-              "spectral_learning_rate": spectral_learning_rate_schedule}
+      optax.adamw(learning_rate_schedule, b1=b1, b2=b2, weight_decay=weight_decay, mask=_is_matrix))
+  tx = spectral_evolution(base, spectral_learning_rate=spectral_learning_rate_schedule,
+                          freeze_steps=spectral_freeze_steps, clip_norm=spectral_clip_norm, b1=b1,
+                          b2=b2)
+  return tx, {
+      "learning_rate": learning_rate_schedule,
+      "spectral_learning_rate": spectral_learning_rate_schedule
+  }

@@ -82,11 +82,12 @@ class Member:
 def members(config: ml_collections.ConfigDict) -> tuple[Member, ...]:
   """Seeds x learning rates x spectral learning rates, seed-major."""
   p = config.population
-  grid = itertools.product(tuple(p.seeds) or (config.seed,),
-                           tuple(p.learning_rates) or (config.learning_rate,),
-                           tuple(p.spectral_learning_rates) or (config.spectral.learning_rate,))
-  return tuple(Member(i, int(seed), float(lr), float(slr))
-               for i, (seed, lr, slr) in enumerate(grid))
+  grid = itertools.product(
+      tuple(p.seeds) or (config.seed,),
+      tuple(p.learning_rates) or (config.learning_rate,),
+      tuple(p.spectral_learning_rates) or (config.spectral.learning_rate,))
+  return tuple(
+      Member(i, int(seed), float(lr), float(slr)) for i, (seed, lr, slr) in enumerate(grid))
 
 
 def member_config(config: ml_collections.ConfigDict, member: Member) -> ml_collections.ConfigDict:
@@ -129,15 +130,16 @@ class Population:
 
   @property
   def schedules(self) -> list[dict[str, Callable]]:
-    return [{"learning_rate": _scaled(self.setup.schedules["learning_rate"], m.learning_rate),
-             "spectral_learning_rate": _scaled(self.setup.schedules["spectral_learning_rate"],
-                                               m.spectral_learning_rate)}
-            for m in self.members]
+    return [{
+        "learning_rate":
+            _scaled(self.setup.schedules["learning_rate"], m.learning_rate),
+        "spectral_learning_rate":
+            _scaled(self.setup.schedules["spectral_learning_rate"], m.spectral_learning_rate)
+    } for m in self.members]
 
   def member_setup(self, index: int) -> state_lib.Setup:
     """A `Setup` for evaluating member `index` (its own config; the shared model)."""
-    return dataclasses.replace(self.setup,
-                               config=member_config(self.config, self.members[index]))
+    return dataclasses.replace(self.setup, config=member_config(self.config, self.members[index]))
 
   @property
   def batch_sharding(self):
@@ -182,12 +184,11 @@ def setup(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, *, task=No
   shapes = jax.eval_shape(_init_fn(unit, task, tx), _seeds(the_members))
   # Parameters laid out as a single run's, behind the member axis; the rest replicated.
   prefix = jax.tree.map(lambda _: rep, shapes)
-  prefix["params"] = jax.tree.map(
-      stacked, sharding_lib.param_shardings(abstract_params, mesh),
-      is_leaf=lambda x: isinstance(x, jax.sharding.NamedSharding))
+  prefix["params"] = jax.tree.map(stacked, sharding_lib.param_shardings(abstract_params, mesh),
+                                  is_leaf=lambda x: isinstance(x, jax.sharding.NamedSharding))
   shardings = jax.tree.map(lambda s, sub: jax.tree.map(lambda _: s, sub), prefix, shapes)
-  abstract_state = jax.tree.map(
-      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
+  abstract_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                                shapes, shardings)
   constants = _INIT_JIT(lambda: nnx.split(state_lib.build_model(unit, task), nnx.Param, ...)[2],
                         out_shardings=rep)()
   has_spectral = shapes["trajectory"]["frequencies"].shape[2] > 0
@@ -211,8 +212,8 @@ def _init_fn(unit_config, task, tx):
 def initial_state(pop: Population):
   """The stacked train state at step 0: member i's is its single run's."""
   s = pop.setup
-  return _INIT_JIT(_init_fn(s.config, s.task, s.tx), out_shardings=s.state_shardings)(
-      _seeds(pop.members))
+  return _INIT_JIT(_init_fn(s.config, s.task, s.tx),
+                   out_shardings=s.state_shardings)(_seeds(pop.members))
 
 
 # ----------------------------------------------------------------------------
@@ -220,8 +221,8 @@ def initial_state(pop: Population):
 # ----------------------------------------------------------------------------
 
 
-def scale_updates(tx: optax.GradientTransformation, learning_rate, spectral_learning_rate
-                  ) -> optax.GradientTransformation:
+def scale_updates(tx: optax.GradientTransformation, learning_rate,
+                  spectral_learning_rate) -> optax.GradientTransformation:
   """`tx` (built at learning rates 1) with its base updates scaled by
   `learning_rate` and its spectral ones by `spectral_learning_rate` (arrays,
   traced per member)."""
@@ -230,8 +231,11 @@ def scale_updates(tx: optax.GradientTransformation, learning_rate, spectral_lear
     updates, state = tx.update(updates, state, params)
     leaves, treedef = jax.tree.flatten(updates)
     labels = jax.tree.leaves(optim.spectral_labels(updates))
-    scaled = [leaf * (spectral_learning_rate if label == optim.SPECTRAL else learning_rate)
-              .astype(leaf.dtype) for leaf, label in zip(leaves, labels, strict=True)]
+    scaled = [
+        leaf *
+        (spectral_learning_rate if label == optim.SPECTRAL else learning_rate).astype(leaf.dtype)
+        for leaf, label in zip(leaves, labels, strict=True)
+    ]
     return jax.tree.unflatten(treedef, scaled), state
 
   return optax.GradientTransformation(tx.init, update_fn)
@@ -253,11 +257,9 @@ def make_train_step(pop: Population):
   def population_step(state, batch):
     return jax.vmap(member_step)(state, batch, seeds, rates, spectral_rates)
 
-  return jax.jit(
-      population_step,
-      in_shardings=(s.state_shardings, pop.batch_sharding),
-      out_shardings=(s.state_shardings, sharding_lib.replicated(s.mesh)),
-      donate_argnums=(0,))
+  return jax.jit(population_step, in_shardings=(s.state_shardings, pop.batch_sharding),
+                 out_shardings=(s.state_shardings, sharding_lib.replicated(s.mesh)),
+                 donate_argnums=(0,))
 
 
 # ----------------------------------------------------------------------------
@@ -267,8 +269,7 @@ def make_train_step(pop: Population):
 
 def _pad_width(batch: dict[str, np.ndarray], width: int) -> dict[str, np.ndarray]:
   """The training fields of `batch`, padded with padding tokens to `width` columns."""
-  return {k: np.pad(batch[k], ((0, 0), (0, width - batch[k].shape[1])))
-          for k in steps.TRAIN_FIELDS}
+  return {k: np.pad(batch[k], ((0, 0), (0, width - batch[k].shape[1]))) for k in steps.TRAIN_FIELDS}
 
 
 def _stacked_batch(batch_fns, member_source: tuple[int, ...], step: int) -> dict[str, np.ndarray]:
@@ -285,13 +286,15 @@ def train_batches(pop: Population, task, *, buckets, start_step: int):
   only the step. With `population.data_workers`, worker processes make them."""
   config = pop.config
   seeds = sorted({m.seed for m in pop.members})
-  batch_fns = [pipeline.train_batch_fn(
-      task, batch_size_per_process=config.batch_size, seed=seed, buckets=buckets,
-      examples=config.data.examples, lengths=config.data.lengths) for seed in seeds]
+  batch_fns = [
+      pipeline.train_batch_fn(task, batch_size_per_process=config.batch_size, seed=seed,
+                              buckets=buckets, examples=config.data.examples,
+                              lengths=config.data.lengths) for seed in seeds
+  ]
   member_source = tuple(seeds.index(m.seed) for m in pop.members)
-  dataset = (grain.MapDataset.range(start_step, sys.maxsize)
-             .map(functools.partial(_stacked_batch, batch_fns, member_source))
-             .to_iter_dataset(pipeline.READ_OPTIONS))
+  dataset = (grain.MapDataset.range(start_step, sys.maxsize).map(
+      functools.partial(_stacked_batch, batch_fns,
+                        member_source)).to_iter_dataset(pipeline.READ_OPTIONS))
   workers = config.population.data_workers
   if workers:
     dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
@@ -301,8 +304,10 @@ def train_batches(pop: Population, task, *, buckets, start_step: int):
 def to_global_batch(batch: dict, mesh) -> dict:
   """A stacked host batch -> arrays on the mesh (members unsharded, rows as a single run's)."""
   sharding = stacked(sharding_lib.batch_sharding(mesh))
-  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(batch[k]))
-          for k in steps.TRAIN_FIELDS}
+  return {
+      k: jax.make_array_from_process_local_data(sharding, np.asarray(batch[k]))
+      for k in steps.TRAIN_FIELDS
+  }
 
 
 # ----------------------------------------------------------------------------
@@ -318,8 +323,11 @@ def member_tree(tree, index: int):
 def nonfinite_members(state) -> dict[int, tuple[int, str]]:
   """{member index: (step, what)} of the members frozen by a non-finite update."""
   bad = jax.device_get(state["nonfinite"])
-  return {i: (int(step), steps.NONFINITE_WHAT[int(what)])
-          for i, (step, what) in enumerate(zip(bad["step"], bad["what"])) if step >= 0}
+  return {
+      i: (int(step), steps.NONFINITE_WHAT[int(what)])
+      for i, (step, what) in enumerate(zip(bad["step"], bad["what"]))
+      if step >= 0
+  }
 
 
 def recorded_trajectories(state) -> dict[str, np.ndarray]:

@@ -28,7 +28,6 @@ from flax import nnx
 Layout = Literal["half", "interleaved"]
 LAYOUTS = ("half", "interleaved")
 
-
 # ----------------------------------------------------------------------------
 # Pure functions.
 # ----------------------------------------------------------------------------
@@ -42,7 +41,7 @@ def geometric_frequencies(rotary_dim: int, base: float = 10_000.0) -> jax.Array:
     raise ValueError(f"base must be > 1, got {base!r}")
   # Computed in float64 on the host so every caller gets the same float32 values.
   i = np.arange(rotary_dim // 2, dtype=np.float64)
-  return jnp.asarray(base ** (-2.0 * i / rotary_dim), dtype=jnp.float32)
+  return jnp.asarray(base**(-2.0 * i / rotary_dim), dtype=jnp.float32)
 
 
 def rotary_cos_sin(positions: jax.Array, frequencies: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -82,7 +81,7 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, layout: Layout = "half"
     raise ValueError(
         f"frequencies have {pairs} pairs but head_dim is {head_dim}: at most head_dim // 2 pairs")
   dtype = x.dtype
-  xr = x[..., : 2 * pairs].astype(jnp.float32)
+  xr = x[..., :2 * pairs].astype(jnp.float32)
   if layout == "half":
     x1, x2 = xr[..., :pairs], xr[..., pairs:]
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
@@ -108,9 +107,8 @@ def check_positions(x_shape: tuple[int, ...], positions_shape: tuple[int, ...]) 
     except ValueError:
       ok = False
   if not ok:
-    raise ValueError(
-        f"positions has shape {tuple(positions_shape)}, which does not fit x of shape "
-        f"{tuple(x_shape)}: expected [..., {seq}] broadcastable to {batch + (seq,)}")
+    raise ValueError(f"positions has shape {tuple(positions_shape)}, which does not fit x of shape "
+                     f"{tuple(x_shape)}: expected [..., {seq}] broadcastable to {batch + (seq,)}")
 
 
 def apply_rope(
@@ -147,9 +145,7 @@ def apply_rope(
   return rotate(x, cos, sin, layout)
 
 
-def randomized_positions(
-    key: jax.Array, shape: tuple[int, ...], max_position: int
-) -> jax.Array:
+def randomized_positions(key: jax.Array, shape: tuple[int, ...], max_position: int) -> jax.Array:
   """Randomized positional encodings (Ruoss et al., 2023).
 
   For each sequence, an increasing random subset of `[0, max_position)` of the
@@ -157,15 +153,16 @@ def randomized_positions(
   """
   *batch, seq = shape
   if seq > max_position:
-    raise ValueError(
-        f"sequence length {seq} exceeds position.max_position={max_position}")
+    raise ValueError(f"sequence length {seq} exceeds position.max_position={max_position}")
   n = int(np.prod(batch)) if batch else 1
   keys = jax.random.split(key, n)
+
   # Top-k of iid uniforms is a uniform random subset without a full permutation.
   def one(k):
     u = jax.random.uniform(k, (max_position,))
     _, idx = jax.lax.top_k(u, seq)
     return jnp.sort(idx)
+
   return jax.vmap(one)(keys).reshape(shape).astype(jnp.int32)
 
 
@@ -173,21 +170,23 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
   """ALiBi head slopes (Press et al., 2022), including the non-power-of-2 rule."""
   if not isinstance(num_heads, (int, np.integer)) or num_heads < 1:
     raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+
   def pow2(n):
-    start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+    start = 2.0**(-(2.0**-(math.log2(n) - 3)))
     return [start * start**i for i in range(n)]
+
   if math.log2(num_heads).is_integer():
     slopes = pow2(num_heads)
   else:
-    closest = 2 ** math.floor(math.log2(num_heads))
-    slopes = pow2(closest) + pow2(2 * closest)[0::2][: num_heads - closest]
+    closest = 2**math.floor(math.log2(num_heads))
+    slopes = pow2(closest) + pow2(2 * closest)[0::2][:num_heads - closest]
   return np.asarray(slopes, np.float32)
 
 
 def alibi_bias(q_positions: jax.Array, k_positions: jax.Array, slopes: jax.Array) -> jax.Array:
   """`-slope * |q - k|` as `[..., heads, q, k]`, float32."""
-  dist = jnp.abs(
-      q_positions[..., :, None].astype(jnp.float32) - k_positions[..., None, :].astype(jnp.float32))
+  dist = jnp.abs(q_positions[..., :, None].astype(jnp.float32) -
+                 k_positions[..., None, :].astype(jnp.float32))
   return -jnp.asarray(slopes, jnp.float32)[:, None, None] * dist[..., None, :, :]
 
 
@@ -207,7 +206,8 @@ class SpectralFrequency(nnx.Param):
 
 def _check_rotary_dim(embedding_size: int, rotary_fraction: float = 1.0) -> int:
   if not isinstance(embedding_size, (int, np.integer)) or embedding_size <= 0 or embedding_size % 2:
-    raise ValueError(f"embedding_size (head_dim) must be a positive even integer, got {embedding_size!r}")
+    raise ValueError(
+        f"embedding_size (head_dim) must be a positive even integer, got {embedding_size!r}")
   if not 0.0 < rotary_fraction <= 1.0:
     raise ValueError(f"rotary_fraction must be in (0, 1], got {rotary_fraction!r}")
   pairs = int(round(embedding_size * rotary_fraction)) // 2
@@ -278,8 +278,8 @@ class SpectralRoPE(_RopeBase):
   """
 
   def __init__(self, theta: float = 10_000.0, embedding_size: int | None = None, *,
-               num_heads: int | None = None, rotary_fraction: float = 1.0,
-               layout: Layout = "half", init_frequencies: jax.Array | None = None):
+               num_heads: int | None = None, rotary_fraction: float = 1.0, layout: Layout = "half",
+               init_frequencies: jax.Array | None = None):
     if embedding_size is None:
       raise ValueError("SpectralRoPE needs embedding_size (the head dimension)")
     if num_heads is not None and num_heads < 1:
@@ -315,8 +315,8 @@ class SpectralRoPE(_RopeBase):
 class PerHeadSpectralRoPE(SpectralRoPE):
   """`SpectralRoPE` with one spectrum per head, on `x: [..., seq, heads, head_dim]`."""
 
-  def __init__(self, theta: float = 10_000.0, embedding_size: int | None = None, *,
-               num_heads: int, **kwargs):
+  def __init__(self, theta: float = 10_000.0, embedding_size: int | None = None, *, num_heads: int,
+               **kwargs):
     super().__init__(theta, embedding_size, num_heads=num_heads, **kwargs)
 
 
@@ -332,8 +332,8 @@ class BifocalRoPE(nnx.Module):
   part, `log_frequency`, is `[spectral heads, spectral pairs]`.
   """
 
-  def __init__(self, theta: float = 10_000.0, embedding_size: int | None = None, *,
-               num_heads: int, split: Literal["heads", "pairs"] = "heads",
+  def __init__(self, theta: float = 10_000.0, embedding_size: int | None = None, *, num_heads: int,
+               split: Literal["heads", "pairs"] = "heads",
                spectral_heads: int | tuple[int, ...] | None = None,
                spectral_pairs: int | None = None, rotary_fraction: float = 1.0,
                layout: Layout = "half", init_frequencies: jax.Array | None = None):
@@ -358,12 +358,11 @@ class BifocalRoPE(nnx.Module):
         spectral_heads = num_heads // 2
       if isinstance(spectral_heads, (int, np.integer)):
         if not 0 < spectral_heads <= num_heads:
-          raise ValueError(
-              f"spectral_heads={spectral_heads} must be in [1, num_heads={num_heads}]")
+          raise ValueError(f"spectral_heads={spectral_heads} must be in [1, num_heads={num_heads}]")
         spectral_heads = tuple(range(num_heads - spectral_heads, num_heads))
       spectral_heads = tuple(sorted(int(h) for h in spectral_heads))
-      if (not spectral_heads or len(set(spectral_heads)) != len(spectral_heads)
-          or spectral_heads[0] < 0 or spectral_heads[-1] >= num_heads):
+      if (not spectral_heads or len(set(spectral_heads)) != len(spectral_heads) or
+          spectral_heads[0] < 0 or spectral_heads[-1] >= num_heads):
         raise ValueError(
             f"spectral_heads={spectral_heads} must be distinct head indices in [0, {num_heads})")
       self.spectral_heads = spectral_heads
@@ -389,7 +388,7 @@ class BifocalRoPE(nnx.Module):
     spectral = jnp.exp(self.log_frequency[...])
     pairs = geometric.shape[0]
     if self.split == "pairs":
-      fixed = jnp.broadcast_to(geometric[: pairs - self.spectral_pairs],
+      fixed = jnp.broadcast_to(geometric[:pairs - self.spectral_pairs],
                                (self.num_heads, pairs - self.spectral_pairs))
       return jnp.concatenate([fixed, spectral], axis=-1)
     geometric_heads = [h for h in range(self.num_heads) if h not in self.spectral_heads]

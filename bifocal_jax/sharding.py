@@ -72,9 +72,11 @@ def logical_to_spec(logical_axes, shape, mesh: jax.sharding.Mesh) -> P:
 
 def param_shardings(params: nnx.State, mesh: jax.sharding.Mesh):
   """A tree like `params` (Variables or arrays) of NamedShardings."""
+
   def one(variable):
     axes = variable.get_metadata().get("logical_axes")
     return NamedSharding(mesh, logical_to_spec(axes, variable.shape, mesh))
+
   return jax.tree.map(one, params, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 

@@ -34,21 +34,22 @@ from bifocal_jax import tasks
 def build_model(config: ml_collections.ConfigDict, task, *, seed: int | jax.Array | None = None):
   """The model, initialised from `seed` (default `config.seed`; a key array
   works too, traced ones included: `population` vmaps this over seeds)."""
-  return model_lib.Transformer(
-      config.model, config.position, vocab_size=task.vocab_size, causal=task.causal,
-      rngs=nnx.Rngs(config.seed if seed is None else seed))
+  return model_lib.Transformer(config.model, config.position, vocab_size=task.vocab_size,
+                               causal=task.causal,
+                               rngs=nnx.Rngs(config.seed if seed is None else seed))
 
 
-def make_optimizer(config: ml_collections.ConfigDict
-                   ) -> tuple[optax.GradientTransformation, dict[str, Callable]]:
+def make_optimizer(
+    config: ml_collections.ConfigDict) -> tuple[optax.GradientTransformation, dict[str, Callable]]:
   """The optimizer (base and spectral groups) and its learning-rate schedules."""
-  return optim.default_optimizer(
-      learning_rate=config.learning_rate, weight_decay=config.weight_decay,
-      warmup_steps=config.warmup_steps, total_steps=max(config.steps, config.warmup_steps + 1),
-      spectral_learning_rate=config.spectral.learning_rate,
-      spectral_warmup_steps=config.spectral.warmup_steps,
-      spectral_freeze_steps=config.spectral.freeze_steps,
-      clip_norm=config.clip_norm, spectral_clip_norm=config.spectral.clip_norm)
+  return optim.default_optimizer(learning_rate=config.learning_rate,
+                                 weight_decay=config.weight_decay, warmup_steps=config.warmup_steps,
+                                 total_steps=max(config.steps, config.warmup_steps + 1),
+                                 spectral_learning_rate=config.spectral.learning_rate,
+                                 spectral_warmup_steps=config.spectral.warmup_steps,
+                                 spectral_freeze_steps=config.spectral.freeze_steps,
+                                 clip_norm=config.clip_norm,
+                                 spectral_clip_norm=config.spectral.clip_norm)
 
 
 def trajectory_capacity(config) -> int:
@@ -63,7 +64,7 @@ class Setup:
   task: Any
   mesh: jax.sharding.Mesh
   graphdef: Any
-  constants: Any            # non-trainable model Variables (e.g. ALiBi slopes)
+  constants: Any  # non-trainable model Variables (e.g. ALiBi slopes)
   tx: optax.GradientTransformation
   schedules: dict[str, Callable]
   state_shardings: Any
@@ -84,8 +85,8 @@ def _empty_trajectory(spectral0, capacity: int) -> dict:
     spectral0 = jnp.zeros((0, 0, 0), jnp.float32)
   else:
     frequencies = jnp.zeros((capacity,) + spectral0.shape, jnp.float32).at[0].set(spectral0)
-  return dict(frequencies=frequencies, steps=jnp.zeros((capacity,), jnp.int32),
-              count=jnp.ones((), jnp.int32), start=spectral0)
+  return dict(frequencies=frequencies, steps=jnp.zeros((capacity,), jnp.int32), count=jnp.ones(
+      (), jnp.int32), start=spectral0)
 
 
 def fresh_state(params, opt_state, spectral0, capacity: int) -> dict:

@@ -20,8 +20,23 @@ _CHUNK = 100
 
 # t quantiles (two-sided 95%) for small degrees of freedom; beyond 30, the
 # normal quantile is within 2%.
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042}
+_T95 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    25: 2.060,
+    30: 2.042
+}
 
 
 def bootstrap_ci(statistic: Callable[[np.ndarray], np.ndarray], num_examples: int, *,
@@ -56,6 +71,7 @@ def ratio_of_sums(numerator_N: np.ndarray, denominator_N: np.ndarray):
   def statistic(weights_RxN):
     with np.errstate(invalid="ignore", divide="ignore"):
       return (weights_RxN @ numerator_N) / (weights_RxN @ denominator_N)
+
   return statistic
 
 
@@ -78,6 +94,7 @@ def mean_over_groups(numerator_N: np.ndarray, denominator_N: np.ndarray, groups_
       per_group = np.where(present, num / den, 0.0)
       # A replicate with no group at all is NaN (left out by `bootstrap_ci`).
       return per_group.sum(axis=1) / present.sum(axis=1)
+
   return statistic
 
 

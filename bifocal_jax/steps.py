@@ -37,6 +37,8 @@ def check_finite(state) -> None:
         f"non-finite {NONFINITE_WHAT[int(bad['what'])]} at step {int(bad['step'])}; "
         f"stopped, the last good checkpoint is kept (set config.nan_policy='skip' to drop "
         f"such updates instead)")
+
+
 TRAIN_FIELDS = ("inputs", "targets", "mask", "loss_mask", "valid")
 # Evaluation also carries each row's length and depth, so that the counts of
 # a global batch (several processes) can be tallied without the local batches.
@@ -46,8 +48,7 @@ EVAL_FIELDS = TRAIN_FIELDS + ("length", "depth")
 def to_global_batch(batch: dict, mesh, fields=TRAIN_FIELDS) -> dict:
   """Each process's local batch -> one global array per field, on the mesh."""
   sharding = sharding_lib.batch_sharding(mesh)
-  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(batch[k]))
-          for k in fields}
+  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(batch[k])) for k in fields}
 
 
 def grad_norms(grads) -> tuple[jax.Array, jax.Array]:
@@ -62,8 +63,7 @@ def grad_norms(grads) -> tuple[jax.Array, jax.Array]:
   return jnp.sqrt(sums[optim.BASE]), jnp.sqrt(sums[optim.SPECTRAL])
 
 
-def loss_and_counts(s: Setup, params, batch, rng, *, train: bool, close_ids=None,
-                    class_ids=None):
+def loss_and_counts(s: Setup, params, batch, rng, *, train: bool, close_ids=None, class_ids=None):
   """`(mean masked cross-entropy, (its weight, per-example accuracy counts))`.
 
   The loss covers `loss_mask` (for the Chomsky-hierarchy tasks also the
@@ -71,8 +71,8 @@ def loss_and_counts(s: Setup, params, batch, rng, *, train: bool, close_ids=None
   """
   logits = s.model(params)(batch["inputs"], batch["valid"], rng=rng, train=train)
   loss, weight = metrics_lib.masked_cross_entropy(logits, batch["targets"], batch["loss_mask"])
-  counts = metrics_lib.accuracy_counts(logits, batch["targets"], batch["mask"],
-                                       close_ids=close_ids, class_ids=class_ids)
+  counts = metrics_lib.accuracy_counts(logits, batch["targets"], batch["mask"], close_ids=close_ids,
+                                       class_ids=class_ids)
   return loss, (weight, counts)
 
 
@@ -84,8 +84,7 @@ def update(s: Setup, state, batch, rng):
   updates, opt_state = s.tx.update(grads, state["opt_state"], state["params"])
   params = optax.apply_updates(state["params"], updates)
   metrics = dict(loss=loss, loss_weight=weight, grad_norm=grad_norm,
-                 spectral_grad_norm=spectral_grad_norm,
-                 token_correct=counts["token_correct"].sum(),
+                 spectral_grad_norm=spectral_grad_norm, token_correct=counts["token_correct"].sum(),
                  token_total=counts["token_total"].sum())
   return params, opt_state, metrics
 
@@ -99,8 +98,8 @@ def guard_nonfinite(state, params, opt_state, metrics, *, skip: bool):
   """
   step = state["step"]
   finite_loss = jnp.isfinite(metrics["loss"])
-  finite = (finite_loss & jnp.isfinite(metrics["grad_norm"])
-            & jnp.isfinite(metrics["spectral_grad_norm"]))
+  finite = (finite_loss & jnp.isfinite(metrics["grad_norm"]) &
+            jnp.isfinite(metrics["spectral_grad_norm"]))
   already_bad = state["nonfinite"]["step"] >= 0
   keep_old = ~finite if skip else (~finite | already_bad)
   keep = lambda old, new: jax.tree.map(lambda o, n: jnp.where(keep_old, o, n), old, new)
@@ -110,8 +109,9 @@ def guard_nonfinite(state, params, opt_state, metrics, *, skip: bool):
       step=jnp.where(first_bad, step + 1, state["nonfinite"]["step"]),
       what=jnp.where(first_bad, jnp.where(finite_loss, 2, 1), state["nonfinite"]["what"]))
   next_step = jnp.where(keep_old & (not skip), step, step + 1)
-  return (keep(state["params"], params), keep(state["opt_state"], opt_state), nonfinite,
-          next_step, (~finite).astype(jnp.int32))
+  return (keep(state["params"],
+               params), keep(state["opt_state"],
+                             opt_state), nonfinite, next_step, (~finite).astype(jnp.int32))
 
 
 def record_trajectory(trajectory, frequencies, step, next_step, *, record_every: int,
@@ -122,8 +122,8 @@ def record_trajectory(trajectory, frequencies, step, next_step, *, record_every:
   count = trajectory["count"]
   at_count = lambda buffer, value: jnp.where(
       record, jax.lax.dynamic_update_index_in_dim(buffer, value, count, 0), buffer)
-  return dict(frequencies=at_count(trajectory["frequencies"], frequencies),
-              steps=at_count(trajectory["steps"], next_step),
+  return dict(frequencies=at_count(trajectory["frequencies"],
+                                   frequencies), steps=at_count(trajectory["steps"], next_step),
               count=count + record.astype(jnp.int32), start=trajectory["start"])
 
 
@@ -140,12 +140,12 @@ def train_step(s: Setup, state, batch, base_key):
   drift = jnp.zeros((), jnp.float32)
   if s.has_spectral:
     frequencies = s.spectral_frequencies(params)
-    trajectory = record_trajectory(
-        trajectory, frequencies, state["step"], next_step,
-        record_every=config.spectral.record_every, last_step=config.steps)
+    trajectory = record_trajectory(trajectory, frequencies, state["step"], next_step,
+                                   record_every=config.spectral.record_every,
+                                   last_step=config.steps)
     drift = jnp.abs(jnp.log(frequencies) - jnp.log(trajectory["start"])).mean()
-  new_state = dict(step=next_step, params=params, opt_state=opt_state,
-                   trajectory=trajectory, nonfinite=nonfinite)
+  new_state = dict(step=next_step, params=params, opt_state=opt_state, trajectory=trajectory,
+                   nonfinite=nonfinite)
   return new_state, dict(metrics, spectral_drift=drift, skipped=skipped)
 
 
@@ -157,11 +157,10 @@ def make_train_step(s: Setup):
     return train_step(s, state, batch, base_key)
 
   train_step_fn.__name__ = "train_step"  # the compiled program's name, as before
-  return jax.jit(
-      train_step_fn,
-      in_shardings=(s.state_shardings, sharding_lib.batch_sharding(s.mesh)),
-      out_shardings=(s.state_shardings, sharding_lib.replicated(s.mesh)),
-      donate_argnums=(0,), compiler_options=compiler_options())
+  return jax.jit(train_step_fn,
+                 in_shardings=(s.state_shardings, sharding_lib.batch_sharding(s.mesh)),
+                 out_shardings=(s.state_shardings, sharding_lib.replicated(s.mesh)),
+                 donate_argnums=(0,), compiler_options=compiler_options())
 
 
 def compiler_options() -> dict | None:

@@ -90,25 +90,25 @@ class PreemptionGuard:
       signal.signal(sig, handler)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
-                       overwrite: bool = False, hooks: Sequence[Hook] = ()) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, overwrite: bool = False,
+                       hooks: Sequence[Hook] = ()) -> dict:
   """Trains (resuming from `workdir` if it holds a checkpoint).
 
   Returns the last logged metrics with `step`, plus `preempted_at` when a
   signal stopped the run (after saving it). Raises `config.ConfigError` or
   `workdir.WorkdirConflictError` before anything is written.
   """
-  config_lib.validate(config, num_devices=jax.device_count(),
-                      num_processes=jax.process_count(), workdir=workdir)
+  config_lib.validate(config, num_devices=jax.device_count(), num_processes=jax.process_count(),
+                      workdir=workdir)
   task = tasks.get_task(config.task)
   # Checked before anything touches the workdir; used only if it has no checkpoint.
   source = init_from.source_config(config, task) if config.init_from else None
   workdir = os.path.abspath(workdir)
   workdir_lib.claim(workdir, config, overwrite=overwrite)
   mesh = sharding_lib.make_mesh(config.mesh)
-  ckpt = checkpoint_lib.Checkpointer(
-      workdir, save_every=config.checkpoint_every, keep=config.keep_checkpoints,
-      async_save=config.async_checkpointing)
+  ckpt = checkpoint_lib.Checkpointer(workdir, save_every=config.checkpoint_every,
+                                     keep=config.keep_checkpoints,
+                                     async_save=config.async_checkpointing)
   with jax.set_mesh(mesh), ckpt:
     if population.is_population(config):
       return _train_population(config, workdir, task, mesh, ckpt, hooks)
@@ -119,12 +119,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
 class _Job:
   """What `_loop` drives: a single run (`_train`) or a population
   (`_train_population`) differ only in these."""
-  train_step: Callable     # (state, global batch) -> (state, step metrics)
-  batches: Iterator        # this process's batches
-  to_global: Callable      # a local batch -> the global batch on the mesh
+  train_step: Callable  # (state, global batch) -> (state, step metrics)
+  batches: Iterator  # this process's batches
+  to_global: Callable  # a local batch -> the global batch on the mesh
   meter: metrics_lib.Throughput
-  log: Callable            # (step, window, rates, state, *, with_valid) -> the logged record
-  save: Callable           # (step, state, window, *, force=False) -> whether a save began
+  log: Callable  # (step, window, rates, state, *, with_valid) -> the logged record
+  save: Callable  # (step, state, window, *, force=False) -> whether a save began
   close: Callable[[], None]
   is_main: bool = True
 
@@ -196,9 +196,8 @@ def _train(config, workdir, task, mesh, ckpt, source, hooks) -> dict:
       train_step=sharding_lib.compile_ahead(steps.make_train_step(s), "train_step"),
       batches=data_iter, to_global=functools.partial(steps.to_global_batch, mesh=mesh),
       meter=metrics_lib.Throughput(flops_per_step=_flops_per_step(config, task),
-                                   peak_flops=config.peak_flops),
-      log=log, save=functools.partial(_save, ckpt, config, data_iter), close=writer.close,
-      is_main=is_main)
+                                   peak_flops=config.peak_flops), log=log,
+      save=functools.partial(_save, ckpt, config, data_iter), close=writer.close, is_main=is_main)
   return _loop(config, workdir, ckpt, job, state, start, window, hooks)
 
 
@@ -229,11 +228,12 @@ def _train_buckets(config, task) -> tuple[int, ...]:
 
 def _data_iterator(config, task, *, start_step: int):
   """This process's training batches from `start_step` on (a grain iterator)."""
-  return iter(pipeline.train_dataset(
-      task, batch_size_per_process=config.batch_size // jax.process_count(), seed=config.seed,
-      buckets=_train_buckets(config, task), process_index=jax.process_index(),
-      process_count=jax.process_count(), start_step=start_step, examples=config.data.examples,
-      lengths=config.data.lengths))
+  return iter(
+      pipeline.train_dataset(task, batch_size_per_process=config.batch_size // jax.process_count(),
+                             seed=config.seed, buckets=_train_buckets(config, task),
+                             process_index=jax.process_index(), process_count=jax.process_count(),
+                             start_step=start_step, examples=config.data.examples,
+                             lengths=config.data.lengths))
 
 
 def _flops_per_step(config, task) -> float:
@@ -257,8 +257,7 @@ def _save(ckpt, config, data_iter, step: int, state, window: metrics_lib.Metrics
   recorded = dict(steps=np.asarray(trajectory["steps"][:count]),
                   frequencies=np.asarray(trajectory["frequencies"][:count]))
   meta = dict(process_count=jax.process_count(), step=step,
-              config=workdir_lib.config_to_json(config),
-              metrics_window=window.to_json())
+              config=workdir_lib.config_to_json(config), metrics_window=window.to_json())
   return ckpt.save(step, state, data_iter, recorded, meta, force=force)
 
 
@@ -300,8 +299,8 @@ def _train_population(config, workdir, task, mesh, ckpt, hooks) -> dict:
       train_step=population.make_train_step(pop), batches=batches,
       to_global=functools.partial(population.to_global_batch, mesh=mesh),
       meter=metrics_lib.Throughput(flops_per_step=_flops_per_step(config, task) * pop.size,
-                                   peak_flops=config.peak_flops),
-      log=logs.write, save=functools.partial(_save_population, ckpt, config), close=close)
+                                   peak_flops=config.peak_flops), log=logs.write,
+      save=functools.partial(_save_population, ckpt, config), close=close)
   return _loop(config, workdir, ckpt, job, state, start, window, hooks)
 
 
@@ -338,7 +337,8 @@ class _MemberLogs:
     self.writer = metrics_lib.MetricWriter(workdir, start_step=start)
     self.member_writers = [
         metrics_lib.MetricWriter(population.member_dir(workdir, m.index), start_step=start)
-        for m in pop.members]
+        for m in pop.members
+    ]
     first = evaluate.Evaluator(pop.member_setup(0))
     self.evaluators = [first.for_setup(pop.member_setup(i)) for i in range(pop.size)]
     self.schedules = pop.schedules
@@ -385,10 +385,9 @@ class _MemberLogs:
 def _check_population_finite(size: int, state) -> None:
   bad = population.nonfinite_members(state)
   if len(bad) == size:
-    raise steps.NonFiniteError(
-        "every member of the population went non-finite ("
-        + "; ".join(f"member {i}: {what} at step {s}" for i, (s, what) in sorted(bad.items()))
-        + "); stopped, the last good checkpoint is kept")
+    raise steps.NonFiniteError("every member of the population went non-finite (" + "; ".join(
+        f"member {i}: {what} at step {s}" for i, (s, what) in sorted(bad.items())) +
+                               "); stopped, the last good checkpoint is kept")
 
 
 def _save_population(ckpt, config, step: int, state, window: metrics_lib.MetricsWindow, *,

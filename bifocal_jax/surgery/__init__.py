@@ -91,8 +91,8 @@ def _children(node):
 
 
 def _rope_partial(value) -> bool:
-  return (isinstance(value, functools.partial)
-          and isinstance(value.keywords.get("rope"), FIXED_ROPES))
+  return (isinstance(value, functools.partial) and
+          isinstance(value.keywords.get("rope"), FIXED_ROPES))
 
 
 def _sites(model):
@@ -130,10 +130,9 @@ def _spectral_rope(rope, *, where: str, embedding_size: int | None, num_heads: i
     raise ValueError(
         f"the nnx.RoPE at {where} does not store its size (built without embedding_size and "
         f"max_seq_len): pass spectralize(..., embedding_size=HEAD_DIM)")
-  spectrum = dict(
-      theta=rope.theta, embedding_size=size,
-      rotary_fraction=getattr(rope, "rotary_dim", size) / size,
-      layout=getattr(rope, "layout", "half"))
+  spectrum = dict(theta=rope.theta, embedding_size=size,
+                  rotary_fraction=getattr(rope, "rotary_dim", size) / size,
+                  layout=getattr(rope, "layout", "half"))
   if split is not None:
     return BifocalRoPE(**spectrum, num_heads=num_heads, split=split, spectral_heads=spectral_heads,
                        spectral_pairs=spectral_pairs)
@@ -147,8 +146,8 @@ def _convert_host_layers(model, predicate, *, split, per_head, num_heads, spectr
   if tunix_models.sites(model):
     if split is not None:
       raise ValueError(f"split={split!r} is not available for tunix models; use spectrum=")
-    converted = tunix_models.convert(
-        model, spectrum=spectrum or ("heads" if per_head else "kv_heads"), predicate=predicate)
+    converted = tunix_models.convert(model, spectrum=spectrum or
+                                     ("heads" if per_head else "kv_heads"), predicate=predicate)
   elif spectrum is not None:
     raise ValueError(f"spectrum={spectrum!r} applies to tunix models only; use per_head/split")
   if maxtext_rope.sites(model):
@@ -248,20 +247,17 @@ def spectralize(
         raise ValueError(f"num_heads is unknown for the rope at {where}: pass num_heads=")
       kv_heads = getattr(parent, "num_kv_heads", heads)
       if kv_heads != heads:
-        raise ValueError(
-            f"per-head spectra at {where} need as many key heads as query heads, "
-            f"got num_kv_heads={kv_heads}, num_heads={heads}")
-    new = _spectral_rope(rope, where=where, embedding_size=size, num_heads=heads,
-                         per_head=per_head, split=split, spectral_heads=spectral_heads,
-                         spectral_pairs=spectral_pairs)
+        raise ValueError(f"per-head spectra at {where} need as many key heads as query heads, "
+                         f"got num_kv_heads={kv_heads}, num_heads={heads}")
+    new = _spectral_rope(rope, where=where, embedding_size=size, num_heads=heads, per_head=per_head,
+                         split=split, spectral_heads=spectral_heads, spectral_pairs=spectral_pairs)
     if in_partial:
       if value.args:
         raise ValueError(f"the attention partial at {where} has positional arguments; "
                          "only keyword partials (rope=...) are supported")
       if value.func is not nnx.dot_product_attention_with_rope and head_aware:
-        raise ValueError(
-            f"per_head/split need nnx.dot_product_attention_with_rope at {where}, "
-            f"got {value.func!r}")
+        raise ValueError(f"per_head/split need nnx.dot_product_attention_with_rope at {where}, "
+                         f"got {value.func!r}")
       keywords = {k: v for k, v in value.keywords.items() if k != "rope"}
       new = RotaryAttention(new, value.func, keywords)
     replacements.append((parent, key, new, in_partial))

@@ -57,7 +57,8 @@ def host_angles(positions: jax.Array, head_dim: int, base: float, scale: float,
   freq_exponents = (2.0 / head_dim) * jnp.arange(0, rope_angles, dtype=jnp.float32)
   timescale = jnp.pad(base**freq_exponents, (0, nope_angles), mode="constant",
                       constant_values=(0, jnp.inf))
-  angles = (positions[..., jnp.newaxis] / timescale[jnp.newaxis, jnp.newaxis, :])[..., jnp.newaxis, :]
+  angles = (positions[..., jnp.newaxis] / timescale[jnp.newaxis, jnp.newaxis, :])[...,
+                                                                                  jnp.newaxis, :]
   return angles / scale, rope_angles
 
 
@@ -75,6 +76,7 @@ class RatioSpectrum(nn.Module):
 
   @nn.compact
   def __call__(self, shape: tuple[int, ...]) -> jax.Array:
+
     def init(key, shape, dtype=None):
       del key, dtype  # deterministic, and float32 whatever dtype a caller asks for
       return jnp.zeros(shape, jnp.float32)
@@ -95,7 +97,11 @@ def _dispatcher(original, attention, spectrum: str):
       raise ValueError(f"scale_factor must be >= 1.0, got {scale}")
     angles, rotated = host_angles(a["positions"], x.shape[-1], float(a["base_frequency"]), scale,
                                   float(a.get("rope_proportion", 1.0)))
-    heads = {"kv_heads": attention.num_kv_heads, "heads": attention.num_heads, "shared": 1}[spectrum]
+    heads = {
+        "kv_heads": attention.num_kv_heads,
+        "heads": attention.num_heads,
+        "shared": 1
+    }[spectrum]
     ratio = attention.rope((heads, rotated))
     if ratio.shape[0] != x.shape[-2]:
       if x.shape[-2] != attention.num_heads or ratio.shape[0] != attention.num_kv_heads:
@@ -118,8 +124,7 @@ def _spectral_call(attention, spectrum: str, args, kwargs):
   """Runs `attention.__call__` with `_positional_embeddings` resolving to our dispatcher."""
   function = _call_code(type(attention))
   positional = function.__globals__["_positional_embeddings"]
-  proxy = types.SimpleNamespace(
-      apply_rope=_dispatcher(positional.apply_rope, attention, spectrum))
+  proxy = types.SimpleNamespace(apply_rope=_dispatcher(positional.apply_rope, attention, spectrum))
   where = f"{type(attention).__module__}.Attention"
   call = hosts.rebind_globals(function, where, _positional_embeddings=proxy)
   return call(attention, *args, **kwargs)
@@ -195,6 +200,7 @@ class SpectralGemma(nn.Module):
 
   @nn.compact
   def __call__(self, *args, **kwargs):
+
     def empty(key, shape, dtype=None):
       del key, dtype
       return jnp.zeros(shape, jnp.float32)

@@ -100,11 +100,12 @@ def rebind_globals(function: types.FunctionType, where: str, **replacements) -> 
   copied faithfully.
   """
   if not isinstance(function, types.FunctionType) or function.__closure__:
-    raise ValueError(f"cannot redirect the rotary call in {where}: its method is not a plain function")
+    raise ValueError(
+        f"cannot redirect the rotary call in {where}: its method is not a plain function")
   namespace = dict(function.__globals__)
   namespace.update(replacements)
-  copy = types.FunctionType(function.__code__, namespace, function.__name__,
-                            function.__defaults__, None)
+  copy = types.FunctionType(function.__code__, namespace, function.__name__, function.__defaults__,
+                            None)
   copy.__kwdefaults__ = function.__kwdefaults__
   copy.__qualname__ = function.__qualname__
   copy.__doc__ = function.__doc__

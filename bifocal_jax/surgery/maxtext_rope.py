@@ -41,8 +41,8 @@ def _host_class(cls: type) -> type:
 def is_rotary(node) -> bool:
   """A MaxText rotary module (converted or not)."""
   cls = _host_class(type(node))
-  return isinstance(node, nnx.Module) and cls.__module__ == MODULE and cls.__name__.endswith(
-      "RotaryEmbedding")
+  return isinstance(
+      node, nnx.Module) and cls.__module__ == MODULE and cls.__name__.endswith("RotaryEmbedding")
 
 
 def rotated_pairs(module) -> int:
@@ -66,16 +66,16 @@ def _timescale(self):
   if name == "Gemma4PartialRotaryEmbedding":  # [head_dim // 2], infinite past the rotated pairs
     pairs = ratio.shape[-1]
     rotated, unrotated = timescale[:pairs] / ratio, timescale[pairs:]
-    return jnp.concatenate([rotated, jnp.broadcast_to(unrotated, ratio.shape[:-1] + unrotated.shape)],
-                           axis=-1)
+    return jnp.concatenate(
+        [rotated, jnp.broadcast_to(unrotated, ratio.shape[:-1] + unrotated.shape)], axis=-1)
   return timescale / ratio
 
 
 def _freqs_cis(self):
   """YaRN's table, as `YarnRotaryEmbedding.freqs_cis` computes it, frequencies times the ratio."""
   half_dim = self.embedding_dims // 2
-  freqs = 1.0 / (self.rope_theta ** (2.0 * jnp.arange(0, half_dim, dtype=jnp.float32)
-                                     / self.embedding_dims))
+  freqs = 1.0 / (self.rope_theta
+                 **(2.0 * jnp.arange(0, half_dim, dtype=jnp.float32) / self.embedding_dims))
   low, high = self._find_correction_range(self.beta_fast, self.beta_slow, self.embedding_dims,
                                           self.rope_theta, self.original_max_position_embeddings,
                                           self.truncate)
@@ -107,11 +107,17 @@ _CONVERTED: dict[type, type] = {}
 
 def converted_class(cls: type) -> type:
   if cls not in _CONVERTED:
-    override = ({"freqs_cis": property(_freqs_cis)} if cls.__name__ in TABLE
-                else {"timescale": property(_timescale)})
+    override = ({
+        "freqs_cis": property(_freqs_cis)
+    } if cls.__name__ in TABLE else {
+        "timescale": property(_timescale)
+    })
     name = f"Spectral{cls.__name__}"
     _CONVERTED[cls] = type(cls)(name, (cls,), override | {
-        "__module__": __name__, "__qualname__": name, "_bifocal_host": cls})
+        "__module__": __name__,
+        "__qualname__": name,
+        "_bifocal_host": cls
+    })
     globals()[name] = _CONVERTED[cls]
   return _CONVERTED[cls]
 
@@ -145,8 +151,9 @@ def convert(model, *, num_heads: int | None = None, stacked_layers: int | None =
     if cls.__name__ in TABLE and num_heads is not None:
       raise ValueError(f"cannot give {MODULE}.{cls.__name__} at {where} one spectrum per head: "
                        "its frequency table has no head axis; use a shared spectrum")
-    shape = ((() if stacked_layers is None else (stacked_layers,))
-             + (() if num_heads is None else (num_heads,)) + (rotated_pairs(module),))
+    shape = ((() if stacked_layers is None else
+              (stacked_layers,)) + (() if num_heads is None else
+                                    (num_heads,)) + (rotated_pairs(module),))
     todo.append((module, shape))
   for module, shape in todo:
     module.__class__ = converted_class(type(module))

@@ -99,7 +99,8 @@ def host_angles(positions: jax.Array, head_dim: int, base: float, scale: float) 
   """tunix's angles, `[B, L, 1, pairs]`: `positions / base ** (2i / head_dim) / scale`, float32."""
   fraction = 2 * jnp.arange(0, head_dim // 2, dtype=jnp.float32) / head_dim
   timescale = base**fraction
-  angles = (positions[..., jnp.newaxis] / timescale[jnp.newaxis, jnp.newaxis, :])[..., jnp.newaxis, :]
+  angles = (positions[..., jnp.newaxis] / timescale[jnp.newaxis, jnp.newaxis, :])[...,
+                                                                                  jnp.newaxis, :]
   return angles / scale if scale != 1.0 else angles
 
 
@@ -164,8 +165,8 @@ def _dispatcher(family: Family, original, where: str):
       raise ValueError(f"scale_factor must be >= 1.0, got {scale}")
     ratio = rope.ratio()  # [spectrum heads or 1, pairs]
     heads = x.shape[-2]
-    if ratio.shape[0] not in (1, heads) and (heads, ratio.shape[0]) != (
-        rope.num_heads, rope.num_kv_heads):
+    if ratio.shape[0] not in (1, heads) and (heads, ratio.shape[0]) != (rope.num_heads,
+                                                                        rope.num_kv_heads):
       raise ValueError(f"the rotary call at {rope.site} got {heads} heads, but its spectrum "
                        f"has {ratio.shape[0]} (num_heads={rope.num_heads}, "
                        f"num_kv_heads={rope.num_kv_heads})")
@@ -194,8 +195,12 @@ def converted_class(cls: type) -> type:
       return block(self, *args, **kwargs)
 
   name = f"Spectral{cls.__name__}_{cls.__module__.split('.')[-2]}"
-  new = type(cls)(name, (cls,), {"block": spectral_block, "__module__": __name__,
-                                 "__qualname__": name, "_bifocal_host": cls})
+  new = type(cls)(name, (cls,), {
+      "block": spectral_block,
+      "__module__": __name__,
+      "__qualname__": name,
+      "_bifocal_host": cls
+  })
   globals()[name] = new  # importable by name, like any class
   _CONVERTED[cls] = new
   return new
@@ -210,13 +215,14 @@ def is_tunix_attention(node) -> bool:
   """A tunix attention layer whose model file has a module-level `apply_rope`."""
   cls = type(node)
   module = sys.modules.get(cls.__module__)
-  return (isinstance(node, nnx.Module) and cls.__module__.startswith("tunix.models.")
-          and cls.__name__ == "Attention" and callable(getattr(module, "apply_rope", None)))
+  return (isinstance(node, nnx.Module) and cls.__module__.startswith("tunix.models.") and
+          cls.__name__ == "Attention" and callable(getattr(module, "apply_rope", None)))
 
 
 def sites(model) -> list[tuple[tuple, nnx.Module]]:
   """`(path, layer)` for every tunix attention layer (converted or not) in `model`."""
-  return [(path, node) for path, node in nnx.iter_graph(model)
+  return [(path, node)
+          for path, node in nnx.iter_graph(model)
           if is_tunix_attention(node) or hasattr(type(node), "_bifocal_host")]
 
 
@@ -264,9 +270,9 @@ def convert(model, *, spectrum: str = "kv_heads", predicate=lambda path, node: T
           f"head: {heads} query heads share {kv_heads} key heads; use spectrum='kv_heads'")
     module = sys.modules[cls.__module__]
     theta, scale = FAMILIES[cls.__module__].base_and_scale(layer, module.apply_rope)
-    todo.append((layer, TunixRoPE(theta=theta, scale_factor=scale, head_dim=head_dim,
-                                  num_heads=heads, num_kv_heads=kv_heads, spectrum=spectrum,
-                                  site=where)))
+    todo.append((layer,
+                 TunixRoPE(theta=theta, scale_factor=scale, head_dim=head_dim, num_heads=heads,
+                           num_kv_heads=kv_heads, spectrum=spectrum, site=where)))
   for layer, rope in todo:
     layer.__class__ = converted_class(type(layer))
     layer.rope = rope

@@ -27,7 +27,8 @@ from bifocal_jax import tasks
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (with .task).")
 _SPLIT = flags.DEFINE_string("split", "train", "Split to print.")
-_NUM = flags.DEFINE_integer("num", 10, "Number of examples (the split's first ones).", lower_bound=0)
+_NUM = flags.DEFINE_integer("num", 10, "Number of examples (the split's first ones).",
+                            lower_bound=0)
 _START = flags.DEFINE_integer("start", 0, "Index of the first example.", lower_bound=0)
 _FORMAT = flags.DEFINE_enum("format", "text", ["text", "che"],
                             "text: tokens; che: JSON in the original benchmark's id space.")

@@ -40,7 +40,6 @@ UNSCORED = "."  # printed for an unscored target; no task may use it as a symbol
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 
-
 # ----------------------------------------------------------------------------
 # Counter-based randomness.
 # ----------------------------------------------------------------------------
@@ -108,7 +107,8 @@ def permute(key: int, positions: np.ndarray, size: int) -> np.ndarray:
   return permuted.astype(np.int64)
 
 
-def uniform_integers(key: int, indices: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+def uniform_integers(key: int, indices: np.ndarray, low: np.ndarray,
+                     high: np.ndarray) -> np.ndarray:
   """int64[B]: uniform in [low, high] (inclusive, per example) from stream `key`."""
   low = np.asarray(low, np.int64)
   span = np.asarray(high, np.int64) - low + 1
@@ -302,10 +302,9 @@ class Task(abc.ABC):
     """Example `index` of `split`, unpadded: inputs/targets/mask/loss_mask [L], length, depth."""
     row = self.batch(split, [index], length=length)
     num_tokens = int(row["valid"][0].sum())
-    return dict(
-        inputs=row["inputs"][0, :num_tokens], targets=row["targets"][0, :num_tokens],
-        mask=row["mask"][0, :num_tokens], loss_mask=row["loss_mask"][0, :num_tokens],
-        length=int(row["length"][0]), depth=int(row["depth"][0]))
+    return dict(inputs=row["inputs"][0, :num_tokens], targets=row["targets"][0, :num_tokens],
+                mask=row["mask"][0, :num_tokens], loss_mask=row["loss_mask"][0, :num_tokens],
+                length=int(row["length"][0]), depth=int(row["depth"][0]))
 
   def decode(self, ids: Sequence[int]) -> list[str]:
     return [self.vocab[int(i)] for i in ids]
@@ -313,15 +312,11 @@ class Task(abc.ABC):
 
 def empty_batch(batch_size: int, width: int) -> dict[str, np.ndarray]:
   """A batch of padding rows (what fills the last evaluation batch)."""
-  return dict(
-      inputs=np.zeros((batch_size, width), np.int32),
-      targets=np.zeros((batch_size, width), np.int32),
-      mask=np.zeros((batch_size, width), np.float32),
-      loss_mask=np.zeros((batch_size, width), np.float32),
-      valid=np.zeros((batch_size, width), bool),
-      length=np.zeros((batch_size,), np.int32),
-      depth=np.zeros((batch_size,), np.int32),
-      index=np.full((batch_size,), -1, np.int64))
+  return dict(inputs=np.zeros((batch_size, width), np.int32), targets=np.zeros(
+      (batch_size, width), np.int32), mask=np.zeros((batch_size, width), np.float32),
+              loss_mask=np.zeros((batch_size, width), np.float32), valid=np.zeros(
+                  (batch_size, width), bool), length=np.zeros((batch_size,), np.int32),
+              depth=np.zeros((batch_size,), np.int32), index=np.full((batch_size,), -1, np.int64))
 
 
 def pad_rows(batch: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:

@@ -81,8 +81,8 @@ def stack_tops(is_open_BxT: np.ndarray, height_BxT: np.ndarray) -> np.ndarray:
   positions = np.arange(is_open_BxT.shape[1])
   top = np.full(is_open_BxT.shape, -1, np.int64)
   for level in range(1, int(height_BxT.max(initial=0)) + 1):
-    last_open = np.maximum.accumulate(
-        np.where(is_open_BxT & (height_BxT == level), positions, -1), axis=1)
+    last_open = np.maximum.accumulate(np.where(is_open_BxT & (height_BxT == level), positions, -1),
+                                      axis=1)
     top = np.where(height_BxT == level, last_open, top)
   return top
 
@@ -130,7 +130,7 @@ def walk_table(min_depth: int, max_depth: int, max_steps: int) -> np.ndarray:
     down = w_down * count[heights - 1]
     total = up + down
     np.divide(up, total, out=p_up[r], where=total > 0)
-    count[: max_depth + 1] = total / total.max()
+    count[:max_depth + 1] = total / total.max()
   return p_up
 
 
@@ -158,8 +158,10 @@ class Dyck(base.Task):
     if self.k > 26:
       base.fail("k", self.k, "at most 26 bracket types (letters a..z)")
     self.m = base.int_key(config, "m", minimum=1)
-    splits = {name: base.parse_split(config, name, has_depth=True, stratified=name == "test_depth")
-              for name in SPLITS}
+    splits = {
+        name: base.parse_split(config, name, has_depth=True, stratified=name == "test_depth")
+        for name in SPLITS
+    }
     for spec in splits.values():
       if spec.min_depth < 1:
         base.fail(f"{spec.name}.min_depth", spec.min_depth, "must be >= 1 (non-empty strings)")
@@ -167,9 +169,10 @@ class Dyck(base.Task):
         base.fail(f"{spec.name}.max_depth", spec.max_depth, f"must be <= m={self.m}")
       deepest = spec.max_depth if spec.stratified else spec.min_depth
       if self._pairs_range(spec, deepest)[0] > self._pairs_range(spec, deepest)[1]:
-        base.fail(f"{spec.name}.max_length", spec.max_length,
-                  f"no string of depth {deepest} fits in lengths "
-                  f"[{spec.min_length}, {spec.max_length}] (needs {2 * deepest + 1} tokens)")
+        base.fail(
+            f"{spec.name}.max_length", spec.max_length,
+            f"no string of depth {deepest} fits in lengths "
+            f"[{spec.min_length}, {spec.max_length}] (needs {2 * deepest + 1} tokens)")
     base.check_extrapolation(splits)
     super().__init__(config, bracket_vocab(self.k), splits.values())
     self.end_id = 2 * self.k + 1
@@ -225,7 +228,7 @@ class Dyck(base.Task):
     stratum_z = np.arange(len(strata))[:, None, None] * (max_steps + 1) * num_states
     rows_left = np.maximum(np.arange(max_steps + 1) - 1, 0)[None, :, None] * num_states
     for i, (lo, hi) in enumerate(strata):
-      p_up[i, :, : 2 * (hi + 1)] = walk_table(lo, hi, max_steps).reshape(max_steps + 1, -1)
+      p_up[i, :, :2 * (hi + 1)] = walk_table(lo, hi, max_steps).reshape(max_steps + 1, -1)
       successor[i] = _state_tables(lo, hi, num_states)[None]
     successor += (stratum_z + rows_left)[..., None]
     start_z = stratum_z[:, 0, 0] + np.array([int(lo == 0) for lo, _ in strata])
@@ -244,7 +247,8 @@ class Dyck(base.Task):
     p_TxB = p_up.take(z_TxB)  # 0 past each walk's end.
     up_TxB = draws_TxB < p_TxB
     # Given draw < p, draw / p is again uniform in [0, 1): it picks the type.
-    kind_TxB = np.floor(np.divide(draws_TxB, p_TxB, out=np.zeros_like(p_TxB), where=up_TxB) * self.k)
+    kind_TxB = np.floor(
+        np.divide(draws_TxB, p_TxB, out=np.zeros_like(p_TxB), where=up_TxB) * self.k)
     return up_TxB.T, kind_TxB.T.astype(np.int32)
 
   def _generate(self, split: str, indices: np.ndarray, width: int,
@@ -264,17 +268,18 @@ class Dyck(base.Task):
     # A closing bracket closes the stack's top before its step.
     tokens = np.zeros((len(indices), width), np.int32)
     tokens[:, :num_steps] = np.where(is_open, 1 + kind, 0)
-    top_before = np.maximum(top[:, : num_steps - 1], 0)
+    top_before = np.maximum(top[:, :num_steps - 1], 0)
     closing = self.k + np.take_along_axis(tokens, top_before, axis=1)
     tokens[:, 1:num_steps] = np.where(is_close[:, 1:], closing, tokens[:, 1:num_steps])
     tokens[np.arange(len(indices)), steps] = self.end_id
     targets, mask, depth = _targets(tokens, height, top, self.k)
     return dict(inputs=tokens, targets=targets, mask=mask, loss_mask=mask.copy(),
-                valid=np.arange(width) < (steps + 1)[:, None],
-                length=(steps + 1).astype(np.int32), depth=depth)
+                valid=np.arange(width) < (steps + 1)[:, None], length=(steps + 1).astype(np.int32),
+                depth=depth)
 
   def format_example(self, example: dict) -> tuple[str, str]:
     """The published format for the input; the target per position, `.` where unscored."""
-    targets = [self.vocab[t] if m else base.UNSCORED for t, m in zip(example["targets"], example["mask"])]
+    targets = [
+        self.vocab[t] if m else base.UNSCORED for t, m in zip(example["targets"], example["mask"])
+    ]
     return " ".join(self.decode(example["inputs"])), " ".join(targets)
-

@@ -60,8 +60,8 @@ def _batch(lines: list[tuple[int, str]], path: str, k: int, width: int) -> dict[
   out = base.empty_batch(len(lines), width)
   for row, (number, line) in enumerate(lines):
     ids = parse_line(line, k, f"{path}:{number}")
-    out["inputs"][row, : len(ids)] = ids
-    out["valid"][row, : len(ids)] = True
+    out["inputs"][row, :len(ids)] = ids
+    out["valid"][row, :len(ids)] = True
     out["length"][row] = len(ids)
     out["index"][row] = number - 1
   out["targets"], out["mask"], out["depth"] = dyck.closing_targets(out["inputs"], k)
@@ -75,9 +75,10 @@ def load_dyck_file(path: str, k: int = 8) -> list[dict]:
   for batch in dyck_file_batches(path, batch_size=256, k=k):
     for row in np.flatnonzero(batch["index"] >= 0):
       n = batch["length"][row]
-      examples[int(batch["index"][row])] = dict(
-          inputs=batch["inputs"][row, :n], targets=batch["targets"][row, :n],
-          mask=batch["mask"][row, :n], length=int(n), depth=int(batch["depth"][row]))
+      examples[int(batch["index"][row])] = dict(inputs=batch["inputs"][row, :n],
+                                                targets=batch["targets"][row, :n],
+                                                mask=batch["mask"][row, :n], length=int(n),
+                                                depth=int(batch["depth"][row]))
   return [examples[i] for i in range(len(examples))]
 
 
@@ -96,7 +97,7 @@ def dyck_file_batches(path: str, *, batch_size: int, k: int = 8,
   if buckets is not None and (not buckets or max(buckets) < longest):
     raise ValueError(f"buckets={buckets}: the longest line of {path} has {longest} tokens")
   for start in range(0, len(lines), batch_size):
-    chunk = lines[start : start + batch_size]
+    chunk = lines[start:start + batch_size]
     width = _num_tokens(chunk[-1][1])
     if buckets is not None:
       width = min(b for b in buckets if b >= width)

@@ -73,13 +73,13 @@ def _check_layout(batch_size: int, process_index: int, process_count: int):
   if batch_size < 1:
     raise ValueError(f"batch_size={batch_size}: must be >= 1")
   if not 0 <= process_index < process_count:
-    raise ValueError(f"process_index={process_index}: must be in [0, process_count={process_count})")
+    raise ValueError(
+        f"process_index={process_index}: must be in [0, process_count={process_count})")
 
 
 def split_dataset(task: base.Task, split: str) -> grain.MapDataset:
   """The split as a grain MapDataset: element i is `task.example(split, i)`."""
-  return grain.MapDataset.range(task.split(split).size).map(
-      functools.partial(task.example, split))
+  return grain.MapDataset.range(task.split(split).size).map(functools.partial(task.example, split))
 
 
 def _local_batch(task: base.Task, split: str, buckets: tuple[int, ...], batch_size: int,
@@ -88,7 +88,7 @@ def _local_batch(task: base.Task, split: str, buckets: tuple[int, ...], batch_si
   """This process's rows of a global batch of indices, padded to its bucket."""
   longest = task.sequence_lengths(split, global_indices, length).max(initial=1)
   width = buckets[np.searchsorted(buckets, longest)]
-  local = global_indices[process_index * batch_size : (process_index + 1) * batch_size]
+  local = global_indices[process_index * batch_size:(process_index + 1) * batch_size]
   if not local.size:
     return base.empty_batch(batch_size, width)
   return base.pad_rows(task.batch(split, local, width, length=length, unbounded=unbounded),
@@ -148,15 +148,13 @@ def train_batch_fn(task: base.Task, *, batch_size_per_process: int, seed: int,
   if examples == "fresh":
     indices_of_step = functools.partial(fresh_indices, global_batch_size=global_batch_size)
   else:
-    indices_of_step = functools.partial(
-        train_indices, global_batch_size=global_batch_size, size=task.split("train").size,
-        seed=seed)
+    indices_of_step = functools.partial(train_indices, global_batch_size=global_batch_size,
+                                        size=task.split("train").size, seed=seed)
   spec = task.split("train")
-  length_of_step = functools.partial(
-      batch_length, seed=seed, min_length=spec.min_length, max_length=spec.max_length)
-  local_batch = functools.partial(
-      _local_batch, task, "train", buckets, batch_size_per_process, process_index,
-      unbounded=examples == "fresh")
+  length_of_step = functools.partial(batch_length, seed=seed, min_length=spec.min_length,
+                                     max_length=spec.max_length)
+  local_batch = functools.partial(_local_batch, task, "train", buckets, batch_size_per_process,
+                                  process_index, unbounded=examples == "fresh")
   return functools.partial(_batch_of_step, indices_of_step, length_of_step, local_batch,
                            lengths == "per_batch")
 
@@ -176,15 +174,13 @@ def train_dataset(task: base.Task, *, batch_size_per_process: int, seed: int,
   examples themselves come from the task's seed) and the process layout.
   `examples` and `lengths`: see the module docstring.
   """
-  batch_of_step = train_batch_fn(
-      task, batch_size_per_process=batch_size_per_process, seed=seed, buckets=buckets,
-      process_index=process_index, process_count=process_count, examples=examples,
-      lengths=lengths)
+  batch_of_step = train_batch_fn(task, batch_size_per_process=batch_size_per_process, seed=seed,
+                                 buckets=buckets, process_index=process_index,
+                                 process_count=process_count, examples=examples, lengths=lengths)
   if start_step < 0:
     raise ValueError(f"start_step={start_step}: must be >= 0")
-  return (grain.MapDataset.range(start_step, sys.maxsize)
-          .map(batch_of_step)
-          .to_iter_dataset(READ_OPTIONS))
+  return (grain.MapDataset.range(start_step,
+                                 sys.maxsize).map(batch_of_step).to_iter_dataset(READ_OPTIONS))
 
 
 def eval_batches(task: base.Task, split: str, *, batch_size: int,
@@ -201,12 +197,14 @@ def eval_batches(task: base.Task, split: str, *, batch_size: int,
   spec = task.split(split)
   num_examples = spec.size if num_examples is None else num_examples
   if not 1 <= num_examples <= spec.size:
-    raise ValueError(f"num_examples={num_examples}: must be in [1, {spec.size}] for split {split!r}")
+    raise ValueError(
+        f"num_examples={num_examples}: must be in [1, {spec.size}] for split {split!r}")
   longest = task.max_sequence_length(split)
   buckets = check_buckets(length_buckets(longest) if buckets is None else buckets, longest)
   global_batch_size = batch_size * process_count
   local_batch = functools.partial(_local_batch, task, split, buckets, batch_size, process_index)
   steps = grain.MapDataset.range(-(-num_examples // global_batch_size))
-  return iter(steps.map(lambda step: local_batch(np.arange(
-      step * global_batch_size, min((step + 1) * global_batch_size, num_examples))
-  )).to_iter_dataset(READ_OPTIONS))
+  return iter(
+      steps.map(lambda step: local_batch(
+          np.arange(step * global_batch_size, min(
+              (step + 1) * global_batch_size, num_examples)))).to_iter_dataset(READ_OPTIONS))

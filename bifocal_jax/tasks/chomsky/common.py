@@ -59,11 +59,14 @@ class ChomskyTask(base.Task):
   has_depth = False
 
   def __init__(self, config: ml_collections.ConfigDict):
-    splits = {name: base.parse_split(config, name, has_depth=self.has_depth,
-                                     stratified=name == "test_depth")
-              for name in self.SPLITS}
+    splits = {
+        name:
+            base.parse_split(config, name, has_depth=self.has_depth,
+                             stratified=name == "test_depth") for name in self.SPLITS
+    }
     for spec in splits.values():
-      first, last, _ = self._length_grid(spec, spec.max_depth if spec.stratified else spec.min_depth)
+      first, last, _ = self._length_grid(spec,
+                                         spec.max_depth if spec.stratified else spec.min_depth)
       if first > last:
         base.fail(f"{spec.name}.max_length", spec.max_length,
                   f"no input of this task fits in lengths [{spec.min_length}, {spec.max_length}]")
@@ -139,11 +142,11 @@ class ChomskyTask(base.Task):
       num_inputs = len(inputs)
       assert num_inputs == self.input_length(n) and len(outputs) == self.output_length(num_inputs)
       ids = [self.token_ids[s] for s in inputs] + [self.query_id] * len(outputs)
-      out["inputs"][row, : len(ids)] = ids
-      out["targets"][row, num_inputs : len(ids)] = [self.token_ids[s] for s in outputs]
-      out["mask"][row, num_inputs : num_inputs + self.num_scored(outputs)] = 1.0
-      out["loss_mask"][row, num_inputs : len(ids)] = 1.0
-      out["valid"][row, : len(ids)] = True
+      out["inputs"][row, :len(ids)] = ids
+      out["targets"][row, num_inputs:len(ids)] = [self.token_ids[s] for s in outputs]
+      out["mask"][row, num_inputs:num_inputs + self.num_scored(outputs)] = 1.0
+      out["loss_mask"][row, num_inputs:len(ids)] = 1.0
+      out["valid"][row, :len(ids)] = True
       out["depth"][row] = bracket_depth(inputs)
     out["length"][:] = lengths
     del out["index"]  # `Task.batch` sets it.
@@ -157,8 +160,11 @@ class ChomskyTask(base.Task):
     """The input symbols; the target at every output position, `.` where unscored."""
     query = np.asarray(example["inputs"]) == self.query_id
     inputs = self.decode(np.asarray(example["inputs"])[~query])
-    targets = [self.vocab[t] if m else base.UNSCORED
-               for t, m in zip(np.asarray(example["targets"])[query], np.asarray(example["mask"])[query])]
+    targets = [
+        self.vocab[t] if m else base.UNSCORED
+        for t, m in zip(np.asarray(example["targets"])[query],
+                        np.asarray(example["mask"])[query])
+    ]
     return " ".join(inputs), " ".join(targets)
 
   def che_example(self, example: dict) -> dict:
@@ -169,11 +175,10 @@ class ChomskyTask(base.Task):
     query = inputs == self.query_id
     input_index = dict(zip(self.input_ids, range(len(self.input_ids))))
     output_index = dict(zip(self.output_ids, range(len(self.output_ids))))
-    return dict(
-        length=int(example["length"]),
-        input=[input_index[t] for t in inputs[valid & ~query].tolist()],
-        output=[output_index[t] for t in np.asarray(example["targets"])[query].tolist()],
-        scored=np.asarray(example["mask"])[query].astype(int).tolist())
+    return dict(length=int(example["length"]),
+                input=[input_index[t] for t in inputs[valid & ~query].tolist()],
+                output=[output_index[t] for t in np.asarray(example["targets"])[query].tolist()],
+                scored=np.asarray(example["mask"])[query].astype(int).tolist())
 
 
 def bits(rng: random.Random, n: int) -> list[str]:

@@ -78,8 +78,8 @@ def _operands(rng, length: int) -> tuple[int, int, int, int]:
   (first, its digits, second, its digits); the first gets 1..length-2 digits."""
   first_digits = rng.randint(1, length - 2)
   second_digits = length - 1 - first_digits
-  return (rng.randint(1, 2**first_digits - 1), first_digits,
-          rng.randint(1, 2**second_digits - 1), second_digits)
+  return (rng.randint(1, 2**first_digits - 1), first_digits, rng.randint(1, 2**second_digits - 1),
+          second_digits)
 
 
 def _short_input(rng, length: int) -> list[str]:
@@ -114,8 +114,10 @@ class BinaryAddition(common.ChomskyTask):
       result = common.binary(int("".join(inputs[::-1]), 2), 0, little_endian=True)
     else:
       a, a_digits, b, b_digits = _operands(rng, length)
-      inputs = [*common.binary(a, a_digits, little_endian=True), "+",
-                *common.binary(b, b_digits, little_endian=True)]
+      inputs = [
+          *common.binary(a, a_digits, little_endian=True), "+",
+          *common.binary(b, b_digits, little_endian=True)
+      ]
       result = common.binary(a + b, 0, little_endian=True)
     return inputs, result + [END] + ["0"] * (length - len(result))
 
@@ -143,8 +145,10 @@ class BinaryMultiplication(common.ChomskyTask):
       inputs, result = _short_input(rng, length), ["0"] * (length - 1)
     else:
       a, a_digits, b, b_digits = _operands(rng, length)
-      inputs = [*common.binary(a, a_digits, little_endian=True), "*",
-                *common.binary(b, b_digits, little_endian=True)]
+      inputs = [
+          *common.binary(a, a_digits, little_endian=True), "*",
+          *common.binary(b, b_digits, little_endian=True)
+      ]
       result = common.binary(a * b, 0, little_endian=True)
     return inputs, result + [END] + ["0"] * (length - 1 - len(result))
 
@@ -189,5 +193,5 @@ class BucketSort(common.ChomskyTask):
     return symbols, sorted(symbols)
 
 
-TASKS = (DuplicateString, MissingDuplicateString, OddsFirst, BinaryAddition,
-         BinaryMultiplication, ComputeSqrt, BucketSort)
+TASKS = (DuplicateString, MissingDuplicateString, OddsFirst, BinaryAddition, BinaryMultiplication,
+         ComputeSqrt, BucketSort)

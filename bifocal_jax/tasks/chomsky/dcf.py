@@ -27,8 +27,7 @@ def bracket_expression(rng: random.Random, length: int, *, mult: bool,
     return (["(", *leaf, ")"] if length >= 3 else leaf), sign * digit % modulus
   left_length = rng.randint(1, length - 4)
   left, left_value = bracket_expression(rng, left_length, mult=mult, modulus=modulus)
-  right, right_value = bracket_expression(rng, length - 3 - left_length, mult=mult,
-                                          modulus=modulus)
+  right, right_value = bracket_expression(rng, length - 3 - left_length, mult=mult, modulus=modulus)
   op = rng.randrange(3 if mult else 2)
   value = (left_value + right_value, left_value - right_value, left_value * right_value)[op]
   return ["(", *left, "+-*"[op], *right, ")"], value % modulus

@@ -56,8 +56,8 @@ class ModularArithmetic(common.ChomskyTask):
     n = self.input_length(length)
     tokens = []
     for i in range(n):
-      tokens.append(DIGITS[rng.randrange(MODULUS)] if i % 2 == 0
-                    else ("+", "*", "-")[rng.randrange(3)])
+      tokens.append(DIGITS[rng.randrange(MODULUS)] if i % 2 == 0 else ("+", "*",
+                                                                       "-")[rng.randrange(3)])
     return tokens, [DIGITS[evaluate_flat(tokens)]]
 
 
