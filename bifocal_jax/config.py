@@ -149,8 +149,10 @@ def _check_model_and_position(config, task) -> int:
     _, heads, head_dim, _ = model_lib.resolved_dims(config.model)
   except ValueError as e:
     _reraise(e)
-  if config.model.dtype not in model_lib.DTYPES:
-    _fail("model.dtype", config.model.dtype, f"must be one of {tuple(model_lib.DTYPES)}")
+  try:
+    model_lib.compute_dtype(config.model)
+  except ValueError as e:
+    _reraise(e)
   position = config.position
   if position.kind not in attention.POSITION_KINDS:
     _fail("position.kind", position.kind, f"must be one of {attention.POSITION_KINDS}")

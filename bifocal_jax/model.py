@@ -96,13 +96,20 @@ def resolved_dims(cfg: ml_collections.ConfigDict) -> tuple[int, int, int, int]:
   return cfg.d_model, cfg.num_heads, head_dim, mlp_dim
 
 
+def compute_dtype(cfg: ml_collections.ConfigDict):
+  """The compute dtype `cfg.dtype` names; a ValueError naming the key otherwise."""
+  if cfg.dtype not in DTYPES:
+    raise ValueError(f"model.dtype={cfg.dtype!r}: must be one of {tuple(DTYPES)}")
+  return DTYPES[cfg.dtype]
+
+
 class Transformer(nnx.Module):
   """`logits_BxLxV = model(tokens_BxL, valid_BxL, rng=...)`."""
 
   def __init__(self, cfg: ml_collections.ConfigDict, position: ml_collections.ConfigDict, *,
                vocab_size: int, causal: bool, rngs: nnx.Rngs):
     d, _, _, _ = resolved_dims(cfg)
-    self.dtype = DTYPES[cfg.dtype]
+    self.dtype = compute_dtype(cfg)
     self.vocab_size, self.causal = vocab_size, causal
     self.position_kind = position.kind
     self.max_position = int(position.max_position)

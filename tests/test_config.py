@@ -36,6 +36,7 @@ BAD_CONFIGS = {
     "odd head dimension": ({"model.d_model": 12},  # 3 channels per head
                            "model.head_dim must be a positive even integer, got 3"),
     "unknown nan_policy": ({"nan_policy": "ignore"}, "nan_policy='ignore'"),
+    "unknown compute dtype": ({"model.dtype": "float16"}, "model.dtype='float16'"),
     "more eval examples than the split": ({"eval_examples": 10**6}, "eval_examples=1000000"),
     "buckets shorter than the data": ({"buckets": (16, 32)}, "buckets=(16, 32)"),
     "unknown training examples": ({"data.examples": "new"}, "data.examples='new'"),
