@@ -245,7 +245,8 @@ def smoke(tmp_path_factory, compilation_cache_env):
   base = tmp_path_factory.mktemp("extrapolation")
   out, results = str(base / "out"), str(base / "results")
   env = helpers.subprocess_env(**compilation_cache_env)
-  for extra in (["--calibrate"], [f"--results_md={base / 'RESULTS.md'}"]):
+  # Two runs at a time (--jobs): each run's start-up (imports) keeps one core busy.
+  for extra in (["--calibrate"], [f"--results_md={base / 'RESULTS.md'}", "--jobs=2"]):
     proc = _cli("--preset=smoke", f"--out={out}", f"--results={results}", *extra, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   return base, out, results
