@@ -27,6 +27,7 @@ Llama 3, Qwen 3, found and converted by `spectralize` itself),
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Literal
 
@@ -213,54 +214,15 @@ def spectralize(
       head count cannot be known, or per-head/bifocal is asked for a rope
       whose caller is not head-aware (or for grouped-query attention).
   """
-  if split not in (None, "heads", "pairs"):
-    raise ValueError(f"split must be None, 'heads' or 'pairs', got {split!r}")
-  if spectral_heads is not None and split != "heads":
-    raise ValueError(f"spectral_heads={spectral_heads!r} needs split='heads', got split={split!r}")
-  if spectral_pairs is not None and split != "pairs":
-    raise ValueError(f"spectral_pairs={spectral_pairs!r} needs split='pairs', got split={split!r}")
+  _check_split(split, spectral_heads, spectral_pairs)
   predicate = nnx.filterlib.to_predicate(... if filter is None else filter)
-  head_aware = per_head or split is not None
-  replacements = []
-  for parent, key, path, value in list(_sites(model)):
-    in_partial = isinstance(value, functools.partial)
-    rope = value.keywords["rope"] if in_partial else value
-    rope_path = path + ("rope",) if in_partial else path
-    if not predicate(rope_path, rope):
-      continue
-    where = "/".join(map(str, rope_path))
-    if isinstance(parent, tuple):
-      raise ValueError(f"cannot replace the rope at {where}: it is held in a tuple; use a list")
-    # Attention partials and our Attention's `rope` are called by code that
-    # knows the heads (and the head size); any other rope is called as rope(x).
-    site_knows_heads = in_partial or (isinstance(parent, attention_lib.Attention) and key == "rope")
-    if head_aware and not site_knows_heads:
-      raise ValueError(
-          f"per_head/split need a head-aware caller, but the rope at {where} is called as "
-          f"rope(x) by {type(parent).__name__}; spectralize it without per_head/split")
-    heads = getattr(parent, "num_heads", num_heads) if site_knows_heads else num_heads
-    size = embedding_size
-    if size is None and site_knows_heads:
-      size = getattr(parent, "head_dim", None)
-    if head_aware:
-      if heads is None:
-        raise ValueError(f"num_heads is unknown for the rope at {where}: pass num_heads=")
-      kv_heads = getattr(parent, "num_kv_heads", heads)
-      if kv_heads != heads:
-        raise ValueError(f"per-head spectra at {where} need as many key heads as query heads, "
-                         f"got num_kv_heads={kv_heads}, num_heads={heads}")
-    new = _spectral_rope(rope, where=where, embedding_size=size, num_heads=heads, per_head=per_head,
-                         split=split, spectral_heads=spectral_heads, spectral_pairs=spectral_pairs)
-    if in_partial:
-      if value.args:
-        raise ValueError(f"the attention partial at {where} has positional arguments; "
-                         "only keyword partials (rope=...) are supported")
-      if value.func is not nnx.dot_product_attention_with_rope and head_aware:
-        raise ValueError(f"per_head/split need nnx.dot_product_attention_with_rope at {where}, "
-                         f"got {value.func!r}")
-      keywords = {k: v for k, v in value.keywords.items() if k != "rope"}
-      new = RotaryAttention(new, value.func, keywords)
-    replacements.append((parent, key, new, in_partial))
+  options = _RopeOptions(per_head=per_head, num_heads=num_heads, split=split,
+                         spectral_heads=spectral_heads, spectral_pairs=spectral_pairs,
+                         embedding_size=embedding_size)
+  replacements = [
+      r for site in list(_sites(model))
+      if (r := _replacement(*site, predicate, options)) is not None
+  ]
   converted = _convert_host_layers(model, predicate, split=split, per_head=per_head,
                                    num_heads=num_heads, spectrum=spectrum,
                                    stacked_layers=stacked_layers)
@@ -276,3 +238,72 @@ def spectralize(
       # A partial is a static attribute: declare the module replacing it as data.
       setattr(parent, key, nnx.data(new) if in_partial else new)
   return len(replacements) + converted
+
+
+def _check_split(split, spectral_heads, spectral_pairs) -> None:
+  if split not in (None, "heads", "pairs"):
+    raise ValueError(f"split must be None, 'heads' or 'pairs', got {split!r}")
+  if spectral_heads is not None and split != "heads":
+    raise ValueError(f"spectral_heads={spectral_heads!r} needs split='heads', got split={split!r}")
+  if spectral_pairs is not None and split != "pairs":
+    raise ValueError(f"spectral_pairs={spectral_pairs!r} needs split='pairs', got split={split!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _RopeOptions:
+  """`spectralize`'s choices for the rope modules it replaces."""
+  per_head: bool
+  num_heads: int | None
+  split: str | None
+  spectral_heads: Any
+  spectral_pairs: int | None
+  embedding_size: int | None
+
+  @property
+  def head_aware(self) -> bool:
+    return self.per_head or self.split is not None
+
+
+def _replacement(parent, key, path, value, predicate, o: _RopeOptions):
+  """`(parent, key, new module, in_partial)` for one rope site, or None when
+  `predicate` leaves it; a ValueError naming the site when it cannot be
+  converted as asked."""
+  in_partial = isinstance(value, functools.partial)
+  rope = value.keywords["rope"] if in_partial else value
+  rope_path = path + ("rope",) if in_partial else path
+  if not predicate(rope_path, rope):
+    return None
+  where = "/".join(map(str, rope_path))
+  if isinstance(parent, tuple):
+    raise ValueError(f"cannot replace the rope at {where}: it is held in a tuple; use a list")
+  # Attention partials and our Attention's `rope` are called by code that
+  # knows the heads (and the head size); any other rope is called as rope(x).
+  site_knows_heads = in_partial or (isinstance(parent, attention_lib.Attention) and key == "rope")
+  if o.head_aware and not site_knows_heads:
+    raise ValueError(
+        f"per_head/split need a head-aware caller, but the rope at {where} is called as "
+        f"rope(x) by {type(parent).__name__}; spectralize it without per_head/split")
+  heads = getattr(parent, "num_heads", o.num_heads) if site_knows_heads else o.num_heads
+  size = o.embedding_size
+  if size is None and site_knows_heads:
+    size = getattr(parent, "head_dim", None)
+  if o.head_aware:
+    if heads is None:
+      raise ValueError(f"num_heads is unknown for the rope at {where}: pass num_heads=")
+    kv_heads = getattr(parent, "num_kv_heads", heads)
+    if kv_heads != heads:
+      raise ValueError(f"per-head spectra at {where} need as many key heads as query heads, "
+                       f"got num_kv_heads={kv_heads}, num_heads={heads}")
+  new = _spectral_rope(rope, where=where, embedding_size=size, num_heads=heads, per_head=o.per_head,
+                       split=o.split, spectral_heads=o.spectral_heads,
+                       spectral_pairs=o.spectral_pairs)
+  if in_partial:
+    if value.args:
+      raise ValueError(f"the attention partial at {where} has positional arguments; "
+                       "only keyword partials (rope=...) are supported")
+    if value.func is not nnx.dot_product_attention_with_rope and o.head_aware:
+      raise ValueError(f"per_head/split need nnx.dot_product_attention_with_rope at {where}, "
+                       f"got {value.func!r}")
+    keywords = {k: v for k, v in value.keywords.items() if k != "rope"}
+    new = RotaryAttention(new, value.func, keywords)
+  return parent, key, new, in_partial
