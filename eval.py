@@ -22,6 +22,12 @@ reported and skipped (`--member i` of one is an error).
 
 import sys
 
+from bifocal_jax import host
+
+host.use_tuned_allocator()  # before JAX starts: see bifocal_jax/host.py
+host.use_compilation_cache()  # evaluations of like models share compiled steps
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 
