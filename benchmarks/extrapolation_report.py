@@ -71,15 +71,17 @@ def _seed_values(runs: dict[int, dict], split: str, metric: str) -> dict[int, fl
           if (v := _value(s, split, metric)) is not None}
 
 
-def accuracy_table(groups: dict, splits: list[str], metric: str) -> str:
+def accuracy_table(groups: dict, splits: list[str], metric: str, *, with_loss: bool = True) -> str:
   """Rows: position kinds (scratch arm); cells: mean [95% interval] over seeds."""
-  header = ["position", "seeds", "final train loss", *splits]
+  header = ["position", "seeds", *(["final train loss"] if with_loss else []), *splits]
   rows = [header, ["---"] * len(header)]
   for (arm, group), runs in groups.items():
     if arm != "scratch":
       continue
+    row = [group, str(len(runs))]
     losses = [s["final_train_loss"] for s in runs.values() if s["final_train_loss"] is not None]
-    row = [group, str(len(runs)), _fmt_interval(stats.seed_interval(losses)) if losses else "-"]
+    if with_loss:
+      row.append(_fmt_interval(stats.seed_interval(losses)) if losses else "-")
     for split in splits:
       values = list(_seed_values(runs, split, metric).values())
       row.append(_fmt_interval(stats.seed_interval(values)) if values else "-")
@@ -160,7 +162,7 @@ def task_section(task: str, groups: dict, plots_dir: str, link_base: str) -> str
   if any(_value(s, splits[0], "close_accuracy") is not None
          for runs in groups.values() for s in runs.values()):
     parts += ["", "Closing-bracket accuracy of Yao et al. 2021:", "",
-              accuracy_table(groups, splits, "close_accuracy")]
+              accuracy_table(groups, splits, "close_accuracy", with_loss=False)]
   pairs = _pairs(groups)
   titles = dict(
       versus_rope="Paired against `rope` (same seeds and data), token accuracy; **bold**: the "
