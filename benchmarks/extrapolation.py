@@ -1,7 +1,7 @@
 r"""The decisive experiment: does bifocal attention extrapolate? Runs, summaries, report.
 
   python benchmarks/extrapolation.py --preset cpu --calibrate --jobs 2  # step budgets first
-  python benchmarks/extrapolation.py --preset cpu --jobs 2         # the sweep (resumable)
+  python benchmarks/extrapolation.py --preset cpu --jobs 2 --commit  # the sweep (resumable)
   python benchmarks/extrapolation.py --preset cpu --dry_run        # what is left to run
   python benchmarks/extrapolation.py --preset cpu --summarize_only --results_md RESULTS.md
   python benchmarks/extrapolation.py --preset accelerator --limit 1  # one population (a GPU)
@@ -655,12 +655,46 @@ def execute(run: Run, out: str, budget: int, stop: _Stop, log: Callable[[str], N
   return "done"
 
 
+def git_commit_paths(paths: Sequence[str], message: str, *, log: Callable[[str], None] = print,
+                     attempts: int = 8) -> bool:
+  """Commits exactly `paths` (`git add`, then `git commit --only`), whatever
+  else is staged or changed in their repository; waits and retries while
+  another git command holds the index lock. False (and a logged line) when
+  it cannot: the files are written either way."""
+  paths = [os.path.abspath(p) for p in paths]
+  repo = os.path.dirname(paths[0])
+  error = ""
+  with _GIT_LOCK:
+    for attempt in range(attempts):
+      add = subprocess.run(["git", "add", "--", *paths], cwd=repo, capture_output=True, text=True)
+      commit = add if add.returncode else subprocess.run(
+          ["git", "commit", "-q", "--only", "-m", message, "--", *paths], cwd=repo,
+          capture_output=True, text=True)
+      if commit.returncode == 0:
+        return True
+      error = (commit.stderr or commit.stdout).strip()
+      if "index.lock" not in error:
+        break
+      time.sleep(0.5 * 2**attempt)
+  log(f"not committed ({message}): {error.splitlines()[-1] if error else 'git failed'}")
+  return False
+
+
+_GIT_LOCK = threading.Lock()
+
+
 class Sweep:
-  """The runs of a preset in `out`, their summaries in `results_dir`."""
+  """The runs of a preset in `out`, their summaries in `results_dir`.
+
+  `on_written(paths, message)` is called after every summary (and budgets
+  file) is written; `--commit` makes it `git_commit_paths`, so that each
+  finished run is committed as it lands."""
 
   def __init__(self, preset: Preset, out: str, results_dir: str, *,
-               log: Callable[[str], None] = print):
+               log: Callable[[str], None] = print,
+               on_written: Callable[[Sequence[str], str], object] | None = None):
     self.preset, self.out, self.results_dir, self.log = preset, out, results_dir, log
+    self.on_written = on_written or (lambda paths, message: None)
 
   def budget(self, task: TaskSpec) -> int | None:
     """The task's calibrated budget; None if uncalibrated or not learned (a
@@ -701,6 +735,9 @@ class Sweep:
           _write_atomically(os.path.join(self.results_dir, BUDGETS_FILE),
                             json.dumps(budgets, indent=1, sort_keys=True))
         self.log(f"calibrated {run.task.name}: budget {record['budget']}")
+        self.on_written([os.path.join(self.results_dir, BUDGETS_FILE)],
+                        f"calibration: {run.task.name} budget {record['budget']} "
+                        f"(up to {run.task.max_steps} steps)")
       return status
 
     self._map(one, todo, jobs)
@@ -731,6 +768,7 @@ class Sweep:
           path = summary_path(self.results_dir, run)
           os.makedirs(os.path.dirname(path), exist_ok=True)
           _write_atomically(path, json.dumps(summary, indent=1))
+          self.on_written([path], f"sweep ({os.path.basename(self.results_dir)}): {run.name}")
       self.log(f"{unit.name}: {status} in {time.time() - start:.0f}s")
       return statuses
 
@@ -784,6 +822,9 @@ _LIMIT = flags.DEFINE_integer(
 _CALIBRATE = flags.DEFINE_bool("calibrate", False, "Calibrate the step budgets, then stop.")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "List the runs left to do; run nothing.")
 _SUMMARIZE_ONLY = flags.DEFINE_bool("summarize_only", False, "Only write the report.")
+_COMMIT = flags.DEFINE_bool(
+    "commit", False, "git-commit each summary (and the budgets) as it is written, and only "
+    "those files, so that a sweep spread over machines loses nothing that finished.")
 _RESULTS_MD = flags.DEFINE_string(
     "results_md", None, "Markdown file whose generated block receives the report.")
 
@@ -796,8 +837,11 @@ def main(argv):
   import extrapolation_report  # pylint: disable=g-import-not-at-top
   preset = PRESETS[_PRESET.value]
   results_dir = os.path.abspath(_RESULTS.value or os.path.join(RESULTS_DIR, _PRESET.value))
-  sweep = Sweep(preset, os.path.abspath(_OUT.value), results_dir,
-                log=lambda m: print(m, flush=True))
+  log = lambda m: print(m, flush=True)  # pylint: disable=unnecessary-lambda-assignment
+  on_written = None
+  if _COMMIT.value:
+    on_written = lambda paths, message: git_commit_paths(paths, message, log=log)  # pylint: disable=unnecessary-lambda-assignment
+  sweep = Sweep(preset, os.path.abspath(_OUT.value), results_dir, log=log, on_written=on_written)
   if _DRY_RUN.value:
     budgets = load_budgets(results_dir)
     uncalibrated = [t.name for t in preset.tasks if t.name not in budgets]

@@ -217,6 +217,69 @@ def test_replace_block_keeps_the_text_around_it(tmp_path):
   assert text.count(report_lib.BEGIN_MARK) == 1 and text.count(report_lib.END_MARK) == 1
 
 
+def _git(repo, *args):
+  return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                        text=True).stdout
+
+
+def _repo_with_other_work(tmp_path):
+  """A repository with someone's staged and unstaged changes beside a results dir."""
+  repo = tmp_path / "repo"
+  (repo / "results").mkdir(parents=True)
+  _git(repo, "init", "-q")
+  _git(repo, "config", "user.email", "t@example.com")
+  _git(repo, "config", "user.name", "t")
+  (repo / "work.py").write_text("a = 1\n")
+  _git(repo, "add", "work.py")
+  _git(repo, "commit", "-q", "-m", "start")
+  (repo / "work.py").write_text("a = 2\n")  # unstaged
+  (repo / "staged.py").write_text("b = 1\n")
+  _git(repo, "add", "staged.py")  # staged, not for the sweep to commit
+  return repo
+
+
+def test_commit_takes_only_the_summary_and_waits_for_the_index_lock(tmp_path):
+  repo = _repo_with_other_work(tmp_path)
+  summary = repo / "results" / "seed0.json"
+  summary.write_text("{}")
+  lock = repo / ".git" / "index.lock"
+  lock.write_text("")  # another git command at work: released a moment later
+  import threading  # pylint: disable=g-import-not-at-top
+  threading.Timer(0.8, lock.unlink).start()
+  logged = []
+  assert ex.git_commit_paths([str(summary)], "sweep: seed0", log=logged.append)
+  assert logged == []
+  assert _git(repo, "show", "--name-only", "--format=%s", "HEAD").split() == [
+      "sweep:", "seed0", "results/seed0.json"]
+  status = _git(repo, "status", "--porcelain").splitlines()
+  assert sorted(status) == [" M work.py", "A  staged.py"]  # left as they were
+
+
+def test_commit_outside_a_repository_logs_one_line_and_keeps_the_file(tmp_path):
+  summary = tmp_path / "seed0.json"
+  summary.write_text("{}")
+  logged = []
+  assert not ex.git_commit_paths([str(summary)], "sweep: seed0", log=logged.append)
+  assert len(logged) == 1 and logged[0].startswith("not committed (sweep: seed0)")
+  assert summary.read_text() == "{}"
+
+
+def test_sweep_commits_each_summary_it_writes(tmp_path, monkeypatch):
+  repo = _repo_with_other_work(tmp_path)
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(repo / "results"),
+                   log=lambda m: None,
+                   on_written=lambda paths, message: ex.git_commit_paths(paths, message))
+  run = ex.Run(TASK, "rope", 0)
+  monkeypatch.setattr(ex, "execute", lambda *a, **k: "done")
+  monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
+  monkeypatch.setattr(sweep, "pending", lambda: [run])
+  monkeypatch.setattr(sweep, "budget", lambda task: 10)
+  assert sweep.run() == {run.name: "done"}
+  committed = _git(repo, "show", "--name-only", "--format=%s", "HEAD").splitlines()
+  assert committed[0] == f"sweep (results): {run.name}"
+  assert committed[-1] == os.path.relpath(ex.summary_path(str(repo / "results"), run), repo)
+
+
 def test_published_subset_keeps_name_and_spans_the_file(tmp_path):
   path = ex.published_file(str(tmp_path), "k8_m20.test", 5)
   assert os.path.basename(path) == "k8_m20.test"
