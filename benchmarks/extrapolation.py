@@ -819,7 +819,8 @@ _RESULTS = flags.DEFINE_string(
     "results", None, "Directory of the run summaries (default benchmarks/results/runs/PRESET).")
 _JOBS = flags.DEFINE_integer(
     "jobs", 1, "Runs at a time. The cpu preset's small models use 2 cores poorly: on 2 "
-    "cores, 2 jobs made 14.1 steps/s each against 12.5 for 1 job alone (2.2x the throughput).")
+    "cores, Dyck runs took 114-125 s two at a time against 71-91 s one at a time (~1.4x the "
+    "throughput).")
 _LIMIT = flags.DEFINE_integer(
     "limit", None, "Run at most this many runs (a population counts as one), then report.")
 _CALIBRATE = flags.DEFINE_bool("calibrate", False, "Calibrate the step budgets, then stop.")
