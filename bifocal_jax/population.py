@@ -259,7 +259,7 @@ def make_train_step(pop: Population):
 
   return jax.jit(population_step, in_shardings=(s.state_shardings, pop.batch_sharding),
                  out_shardings=(s.state_shardings, sharding_lib.replicated(s.mesh)),
-                 donate_argnums=(0,))
+                 donate_argnums=(0,), compiler_options=steps.compiler_options())
 
 
 # ----------------------------------------------------------------------------
