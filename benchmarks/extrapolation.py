@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
 import fcntl
@@ -743,14 +744,34 @@ class Sweep:
                         f"(up to {run.task.max_steps} steps)")
       return status
 
-    self._map(one, todo, jobs)
+    with self._exclusive(jobs):
+      self._map(one, todo, jobs)
     return load_budgets(self.results_dir)
 
   def run(self, *, jobs: int = 1, limit: int | None = None) -> dict[str, str]:
     """Runs what is pending, `jobs` at a time (at most `limit` runs, a
-    population counting as one); returns {run name: status}."""
-    todo = self.pending()
-    units = list(dict.fromkeys(r.unit for r in todo))[:limit]
+    population counting as one); returns {run name: status}. When that is
+    done, what became pending meanwhile (a task another process calibrated)
+    runs too; a run tried once is not tried again."""
+    with self._exclusive(jobs):
+      return self._run_rounds(jobs, limit)
+
+  def _run_rounds(self, jobs: int, limit: int | None) -> dict[str, str]:
+    out, tried = {}, set()
+    while limit is None or len(tried) < limit:
+      todo = [r for r in self.pending() if r.unit not in tried]
+      units = list(dict.fromkeys(r.unit for r in todo))
+      units = units[:None if limit is None else limit - len(tried)]
+      if not units:
+        break
+      tried.update(units)
+      statuses = self._run_units(units, todo, jobs)
+      out.update(statuses)
+      if any(r.name not in statuses for r in todo if r.unit in units):
+        break  # a signal stopped the sweep before some of them
+    return out
+
+  def _run_units(self, units: list, todo: list[Run], jobs: int) -> dict[str, str]:
     total = len(units)
 
     def one(unit, stop):
@@ -786,7 +807,9 @@ class Sweep:
       f.write(f"{why}\ntime: {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     self.log(f"FAILED {run.name}: {why}")
 
-  def _map(self, fn, runs: Sequence[Run], jobs: int) -> list[str | None]:
+  @contextlib.contextmanager
+  def _exclusive(self, jobs: int):
+    """Holds `out`'s sweep lock (one sweep per `out`) after checking `jobs`."""
     if jobs < 1:
       raise ValueError(f"jobs={jobs}: must be >= 1")
     os.makedirs(self.out, exist_ok=True)
@@ -800,10 +823,14 @@ class Sweep:
     with open(os.path.join(self.out, "sweep.pid"), "w") as f:
       f.write(f"{os.getpid()}\n")
     try:
-      with _Stop() as stop, concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(lambda r: None if stop.signal else fn(r, stop), runs))
+      yield
     finally:
       lock.close()
+
+  def _map(self, fn, runs: Sequence[Run], jobs: int) -> list[str | None]:
+    """`fn(run, stop)` over `runs`, `jobs` at a time, under `_exclusive`."""
+    with _Stop() as stop, concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+      return list(pool.map(lambda r: None if stop.signal else fn(r, stop), runs))
 
 
 _BUDGETS_LOCK = threading.Lock()

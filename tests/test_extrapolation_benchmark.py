@@ -280,6 +280,36 @@ def test_sweep_commits_each_summary_it_writes(tmp_path, monkeypatch):
   assert committed[-1] == os.path.relpath(ex.summary_path(str(repo / "results"), run), repo)
 
 
+def test_sweep_takes_up_runs_that_became_pending_and_tries_each_once(tmp_path, monkeypatch):
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None)
+  first, second, third = (ex.Run(TASK, "rope", seed) for seed in range(3))
+  executed = []
+  pending_calls = iter([[first, second], [second, third], [second, third]])
+
+  def execute(unit, *args, **kwargs):
+    executed.append(unit.name)
+    return "done" if unit != second else "failed"  # a failed run stays pending
+
+  monkeypatch.setattr(ex, "execute", execute)
+  monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
+  monkeypatch.setattr(sweep, "pending", lambda: next(pending_calls))  # third: calibrated meanwhile
+  monkeypatch.setattr(sweep, "budget", lambda task: 10)
+  statuses = sweep.run()
+  assert executed == [first.name, second.name, third.name]
+  assert statuses == {first.name: "done", second.name: "failed", third.name: "done"}
+
+
+def test_sweep_limit_counts_across_rounds(tmp_path, monkeypatch):
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None)
+  runs = [ex.Run(TASK, "rope", seed) for seed in range(3)]
+  pending_calls = iter([runs[:1], runs[1:], runs[2:]])
+  monkeypatch.setattr(ex, "execute", lambda *a, **k: "done")
+  monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
+  monkeypatch.setattr(sweep, "pending", lambda: next(pending_calls))
+  monkeypatch.setattr(sweep, "budget", lambda task: 10)
+  assert list(sweep.run(limit=2)) == [runs[0].name, runs[1].name]
+
+
 def test_published_subset_keeps_name_and_spans_the_file(tmp_path):
   path = ex.published_file(str(tmp_path), "k8_m20.test", 5)
   assert os.path.basename(path) == "k8_m20.test"
