@@ -299,6 +299,18 @@ def test_sweep_takes_up_runs_that_became_pending_and_tries_each_once(tmp_path, m
   assert statuses == {first.name: "done", second.name: "failed", third.name: "done"}
 
 
+def test_sweep_stopped_by_a_signal_starts_no_further_round(tmp_path, monkeypatch):
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None)
+  first, second = (ex.Run(TASK, "rope", seed) for seed in range(2))
+  executed = []
+  pending_calls = iter([[first], [second]])
+  monkeypatch.setattr(ex, "execute", lambda unit, *a, **k: executed.append(unit.name) or "stopped")
+  monkeypatch.setattr(sweep, "pending", lambda: next(pending_calls))
+  monkeypatch.setattr(sweep, "budget", lambda task: 10)
+  assert sweep.run() == {first.name: "stopped"}
+  assert executed == [first.name]
+
+
 def test_sweep_limit_counts_across_rounds(tmp_path, monkeypatch):
   sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None)
   runs = [ex.Run(TASK, "rope", seed) for seed in range(3)]
