@@ -63,6 +63,26 @@ def test_reference_trainer_with_its_stand_in(tmp_path):
   assert any(cache.iterdir())
 
 
+def test_reference_trainer_warm_rerun_finds_the_first_runs_programs(tmp_path):
+  cache = tmp_path / "cache"
+  env = {"BIFOCAL_COMPILATION_CACHE": str(cache)}
+  r = run_script("reference_trainer", "--smoke", "--steps=4", "--fixed_steps=0", "--nostand_in",
+                 "--warm_rerun", tmp_path=tmp_path, env=env)
+  assert r["compilation_cache"]["state"] == "cold"
+  w = r["warm_rerun"]
+  assert w["compilation_cache"]["state"] == "warm" and w["compilation_cache"]["hits"] >= len(
+      r["buckets"])
+  assert w["steps"] == r["steps"] and w["valid_tokens"] == r["valid_tokens"]
+  assert w["first_loss"] == pytest.approx(r["first_loss"], rel=1e-6)  # the same run again
+  assert r["ours_warm_end_to_end_seconds"] == w["end_to_end_seconds"]
+  # A warm first run cannot stand for the cold figure.
+  result = subprocess.run(
+      [sys.executable, "benchmarks/reference_trainer.py", "--smoke", "--steps=4",
+       "--fixed_steps=0", "--nostand_in", "--warm_rerun"], cwd=helpers.ROOT,
+      env=helpers.subprocess_env(**env), capture_output=True, text=True, timeout=300)
+  assert result.returncode != 0 and "needs a cold first run" in result.stderr
+
+
 def test_reference_trainer_rejects_a_directory_that_is_not_their_checkout(tmp_path):
   (tmp_path / "experiments").mkdir()
   result = subprocess.run(

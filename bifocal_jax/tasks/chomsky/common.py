@@ -136,6 +136,7 @@ class ChomskyTask(base.Task):
     # at different lengths are independent whatever indices the caller uses.
     stream = "content" if length is None else f"content@{length}"
     rngs = base.example_rngs(self.key(split, stream), indices)
+    has_brackets = "(" in self.token_ids  # else every depth is 0: skip the count
     for row, (rng, depth, n) in enumerate(zip(rngs, depths.tolist(), lengths.tolist())):
       max_depth = depth if spec.stratified else spec.max_depth
       inputs, outputs = self._sample(rng, n, depth, max_depth)
@@ -147,7 +148,8 @@ class ChomskyTask(base.Task):
       out["mask"][row, num_inputs:num_inputs + self.num_scored(outputs)] = 1.0
       out["loss_mask"][row, num_inputs:len(ids)] = 1.0
       out["valid"][row, :len(ids)] = True
-      out["depth"][row] = bracket_depth(inputs)
+      if has_brackets:
+        out["depth"][row] = bracket_depth(inputs)
     out["length"][:] = lengths
     del out["index"]  # `Task.batch` sets it.
     return out
