@@ -30,7 +30,9 @@ it), so a re-run loads them instead. JAX keys each entry by the program, the
 compile options, the XLA flags, the device and the jax/jaxlib versions, so a
 stale entry is never used. Set `BIFOCAL_COMPILATION_CACHE=DIR` for another
 directory, or `=off` for none; a `JAX_COMPILATION_CACHE_DIR` of your own is
-respected. The cache is not size-bounded: delete the directory to reclaim it.
+respected. The cache is bounded at 2 GiB (least recently used entries go
+first; JAX needs the `filelock` package for that, a dependency of this one);
+set `JAX_COMPILATION_CACHE_MAX_SIZE` (bytes, -1 for no bound) for another.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ GLIBC_TUNABLES = ("glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:"
 _MARKER = "BIFOCAL_HOST_ALLOCATOR_PID"
 CACHE_ENV = "BIFOCAL_COMPILATION_CACHE"
 _CACHE_OFF = ("off", "none", "0", "false", "")
+CACHE_MAX_BYTES = 2 << 30
 
 
 def should_reexec(environ=None, pid: int | None = None) -> bool:
@@ -95,7 +98,21 @@ def use_compilation_cache() -> str | None:
   if directory is None:
     return None
   os.environ["JAX_COMPILATION_CACHE_DIR"] = directory  # read when JAX starts
+  if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ and _can_evict():
+    os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(CACHE_MAX_BYTES)
   jax = sys.modules.get("jax")
   if jax is not None:  # already started: its config was read from the environment
     jax.config.update("jax_compilation_cache_dir", directory)
+    if "JAX_COMPILATION_CACHE_MAX_SIZE" in os.environ:
+      jax.config.update("jax_compilation_cache_max_size",
+                        int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
   return directory
+
+
+def _can_evict() -> bool:
+  """Whether JAX can bound the cache (it raises at the first write without filelock)."""
+  try:
+    import filelock  # pylint: disable=g-import-not-at-top,unused-import,import-outside-toplevel
+  except ImportError:
+    return False
+  return True

@@ -99,6 +99,7 @@ directory = host.use_compilation_cache()
 import jax, os
 jax.jit(lambda x: x * 2 + 1)(jax.numpy.ones(3)).block_until_ready()
 print(directory, os.environ.get("JAX_COMPILATION_CACHE_DIR"), jax.config.jax_compilation_cache_dir)
+print(jax.config.jax_compilation_cache_max_size)
 """
 
 
@@ -111,8 +112,30 @@ def test_compilation_cache_is_written_where_it_says(tmp_path, jax_first):
   code = ("import jax\n" if jax_first else "") + CACHE_SCRIPT
   out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        check=True, timeout=120).stdout.split()
-  assert out == [str(cache)] * 3
+  assert out == [str(cache)] * 3 + [str(host.CACHE_MAX_BYTES)]  # bounded by default
   assert len(list(cache.iterdir())) >= 1  # the jitted function's entry
+
+
+EVICTION_SCRIPT = """
+from bifocal_jax import host
+host.use_compilation_cache()
+import jax
+for k in range(6):  # six programs, each a few KB in the cache
+  jax.jit(lambda x, k=k: (x * k + 1).sum())(jax.numpy.ones(3 + k)).block_until_ready()
+print(jax.config.jax_compilation_cache_max_size)
+"""
+
+
+def test_compilation_cache_bound_of_the_users_own_evicts(tmp_path):
+  cache = tmp_path / "cache"
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+  env.update(BIFOCAL_COMPILATION_CACHE=str(cache), JAX_PLATFORMS="cpu",
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_COMPILATION_CACHE_MAX_SIZE="12000")
+  out = subprocess.run([sys.executable, "-c", EVICTION_SCRIPT], env=env, capture_output=True,
+                       text=True, check=True, timeout=120).stdout.split()
+  assert out == ["12000"]  # the user's bound, not ours
+  sizes = [f.stat().st_size for f in cache.iterdir() if f.name.endswith("-cache")]
+  assert 1 <= len(sizes) < 6 and sum(sizes) <= 12000  # older entries were evicted
 
 
 def test_compilation_cache_opt_out_writes_nothing(tmp_path):
@@ -121,5 +144,5 @@ def test_compilation_cache_opt_out_writes_nothing(tmp_path):
              XDG_CACHE_HOME=str(tmp_path / "xdg"), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
   out = subprocess.run([sys.executable, "-c", CACHE_SCRIPT], env=env, capture_output=True,
                        text=True, check=True, timeout=120).stdout.split()
-  assert out == ["None"] * 3
+  assert out[:3] == ["None"] * 3
   assert not (tmp_path / "xdg").exists() and not (tmp_path / ".cache").exists()
