@@ -37,6 +37,7 @@ set `JAX_COMPILATION_CACHE_MAX_SIZE` (bytes, -1 for no bound) for another.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import sys
@@ -111,8 +112,4 @@ def use_compilation_cache() -> str | None:
 
 def _can_evict() -> bool:
   """Whether JAX can bound the cache (it raises at the first write without filelock)."""
-  try:
-    import filelock  # pylint: disable=g-import-not-at-top,unused-import,import-outside-toplevel
-  except ImportError:
-    return False
-  return True
+  return importlib.util.find_spec("filelock") is not None
