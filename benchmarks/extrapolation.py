@@ -710,8 +710,17 @@ class Sweep:
     return os.path.exists(summary_path(self.results_dir, run))
 
   def pending(self) -> list[Run]:
-    """Runs without a summary whose task has a budget (calibrated and learned)."""
-    return [r for r in self.preset.runs() if not self.done(r) and self.budget(r.task)]
+    """Runs without a summary whose task has a budget (calibrated and learned),
+    the group with the fewest steps left first, so that a sweep stopped early
+    has whole cells: a task's from-scratch and protocol runs are one group
+    (the protocol starts from the scratch checkpoints), the sensitivity arm
+    another; within a group, the preset's order (seed-major)."""
+    runs = [r for r in self.preset.runs() if not self.done(r) and self.budget(r.task)]
+    group = lambda r: (r.task.name, r.arm if r.arm == "sensitivity" else "")
+    steps_left = collections.Counter()
+    for r in runs:
+      steps_left[group(r)] += self.budget(r.task)
+    return sorted(runs, key=lambda r: steps_left[group(r)])  # stable: the preset's order within
 
   def calibrate(self, *, jobs: int = 1) -> dict:
     """Trains the calibration runs not yet recorded, and again those of tasks

@@ -136,7 +136,42 @@ def test_pending_waits_for_budgets_and_skips_summarised_runs(tmp_path):
   os.makedirs(os.path.dirname(path))
   with open(path, "w") as f:
     f.write("{}")
-  assert sweep.pending() == PRESET.runs()[1:]
+  # The smaller group first: the sensitivity arm (2 runs) before the task's
+  # scratch and protocol runs (7 left), each group in the preset's order.
+  runs = PRESET.runs()
+  assert sweep.pending() == runs[-2:] + runs[1:-2]
+
+
+def test_pending_takes_the_group_with_fewest_steps_left_first(tmp_path):
+  cheap, dear = (ex.TaskSpec(name, variant="tiny") for name in ("bucket_sort", "reverse_string"))
+  preset = ex.Preset(tasks=(dear, cheap), kinds=("rope", "bifocal_heads"), seeds=(0, 1),
+                     protocol_tasks=("reverse_string",), sensitivity_task="reverse_string",
+                     sensitivity=(("bifocal_heads", "lr1e-3",
+                                   (("spectral.learning_rate", 1e-3),)),))
+  results = str(tmp_path / "results")
+  os.makedirs(results)
+  with open(os.path.join(results, ex.BUDGETS_FILE), "w") as f:
+    json.dump({"bucket_sort": {"budget": 250}, "reverse_string": {"budget": 2500}}, f)
+  sweep = ex.Sweep(preset, str(tmp_path / "out"), results, log=lambda m: None)
+  names = [r.name for r in sweep.pending()]
+  assert names == [  # 4 x 250, then 2 x 2500 (sensitivity), then 8 x 2500 (scratch, protocol)
+      "bucket_sort/scratch/rope/seed0", "bucket_sort/scratch/bifocal_heads/seed0",
+      "bucket_sort/scratch/rope/seed1", "bucket_sort/scratch/bifocal_heads/seed1",
+      "reverse_string/sensitivity/bifocal_heads_lr1e-3/seed0",
+      "reverse_string/sensitivity/bifocal_heads_lr1e-3/seed1",
+      "reverse_string/scratch/rope/seed0", "reverse_string/scratch/bifocal_heads/seed0",
+      "reverse_string/scratch/rope/seed1", "reverse_string/scratch/bifocal_heads/seed1",
+      "reverse_string/surgery/bifocal_heads/seed0", "reverse_string/continue/rope/seed0",
+      "reverse_string/surgery/bifocal_heads/seed1", "reverse_string/continue/rope/seed1"]
+  # Runs already summarised shrink their group: reverse_string's scratch and
+  # protocol group, 1 run left (2,500 steps), now goes before its sensitivity arm.
+  for run in preset.runs()[:7]:
+    path = ex.summary_path(results, run)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+      f.write("{}")
+  assert [r.name for r in sweep.pending()] == names[:4] + [
+      "reverse_string/continue/rope/seed1"] + names[4:6]
 
 
 def _summary(group, seed, arm="scratch", **accuracy):
