@@ -715,11 +715,12 @@ class Sweep:
     has whole cells: a task's from-scratch and protocol runs are one group
     (the protocol starts from the scratch checkpoints), the sensitivity arm
     another; within a group, the preset's order (seed-major)."""
-    runs = [r for r in self.preset.runs() if not self.done(r) and self.budget(r.task)]
+    budgets = {task.name: self.budget(task) for task in self.preset.tasks}
+    runs = [r for r in self.preset.runs() if not self.done(r) and budgets[r.task.name]]
     group = lambda r: (r.task.name, r.arm if r.arm == "sensitivity" else "")
     steps_left = collections.Counter()
     for r in runs:
-      steps_left[group(r)] += self.budget(r.task)
+      steps_left[group(r)] += budgets[r.task.name]
     return sorted(runs, key=lambda r: steps_left[group(r)])  # stable: the preset's order within
 
   def calibrate(self, *, jobs: int = 1) -> dict:

@@ -50,8 +50,9 @@ persistent compilation cache (`bifocal_jax/host.py`, on by default): its
 directory, and whether this run found its programs there (`warm`) or
 compiled them (`cold`). A cold run is the one to compare; a second run of
 the same command is warm, and `--warm_rerun` makes that second run in a
-fresh process after the first (`warm_rerun`, `speedup_vs_original_warm`). `BIFOCAL_COMPILATION_CACHE=off` disables it,
-`=DIR` moves it (a fresh DIR gives a cold run). Each end-to-end time comes
+fresh process after the first (`warm_rerun`, `speedup_vs_original_warm`).
+`BIFOCAL_COMPILATION_CACHE=off` disables the cache, `=DIR` moves it (a fresh
+DIR gives a cold run). Each end-to-end time comes
 with the process's CPU time over the same span (`*_cpu_seconds`), which a
 shared machine disturbs less than wall time. A token is one position the
 transformer processes: input plus output tape, 2n per example.
@@ -100,7 +101,7 @@ _BUCKET_EVERY = flags.DEFINE_integer(
     lower_bound=0)
 # Not named --xla_*: JAX hashes every `--xla*` argument into its compilation
 # cache keys, so such a flag would keep a second run from finding the first's.
-_XLA_OPTIONS = flags.DEFINE_string(
+_STEP_COMPILE_OPTIONS = flags.DEFINE_string(
     "step_compile_options", "{}", "JSON: XLA compile options for our train step, e.g. "
     '\'{"xla_backend_optimization_level": 1}\' (see compile_options.py).')
 _CHECKOUT = flags.DEFINE_string(
@@ -418,7 +419,7 @@ def main(argv):
   r = run(_STEPS.value, _KIND.value, in_flight=_IN_FLIGHT.value, fixed_steps=_FIXED_STEPS.value,
           bucket_every=_BUCKET_EVERY.value, checkout=_CHECKOUT.value, stand_in=_STAND_IN.value,
           original_python=_ORIGINAL_PYTHON.value, smoke=_SMOKE.value,
-          xla_options=json.loads(_XLA_OPTIONS.value), warm_rerun=_WARM_RERUN.value)
+          xla_options=json.loads(_STEP_COMPILE_OPTIONS.value), warm_rerun=_WARM_RERUN.value)
   print(report(r))
   bench_util.write_json(_OUT.value, r)
 
