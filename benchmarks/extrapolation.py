@@ -26,7 +26,8 @@ Arms (how a run starts):
   continue     its control: the same checkpoint trained the same further steps
                as `rope` (same fresh optimizer and data);
   sensitivity  bifocal under other settings (spectral learning rate, frozen
-               then released spectra, rotary base; `rope` at the other bases).
+               then released spectra, rotary base; `rope` at the other bases),
+               and a multiple of a task's budget (`rope` alongside).
 
 Populations (the `accelerator` preset): each (task, kind) is one training of
 every seed x learning rate at once (`config.population`, one compiled program;
@@ -150,7 +151,8 @@ class Run:
 
   `setting`: `((config key, value), ...)` on top of the task's and kind's
   overrides, named by `label` (sensitivity settings); `fraction`: for
-  surgery/continue, the further steps as a fraction of the budget.
+  surgery/continue, the further steps as a fraction of the budget;
+  `budget_multiple`: otherwise, the steps as a multiple of the budget.
   """
   task: TaskSpec
   kind: str
@@ -159,6 +161,7 @@ class Run:
   setting: tuple[tuple[str, object], ...] = ()
   label: str = ""
   fraction: float = 0.5
+  budget_multiple: float = 1.0
   population: PopulationRun | None = None  # trained as member `member` of this population
   member: int | None = None
 
@@ -187,7 +190,8 @@ class Run:
     return Run(self.task, "rope", self.seed)
 
   def steps(self, budget: int) -> int:
-    return max(1, int(round(budget * self.fraction))) if self.source() else budget
+    multiple = self.fraction if self.source() else self.budget_multiple
+    return max(1, int(round(budget * multiple)))
 
   def overrides(self, out: str, budget: int) -> dict:
     o = dict(self.task.overrides)
@@ -279,6 +283,9 @@ class Preset:
   protocol_tasks: tuple[str, ...] = ()   # tasks with the surgery and continue arms
   sensitivity: tuple[tuple[str, str, tuple[tuple[str, object], ...]], ...] = ()
   sensitivity_task: str = "dyck"         # (kind, label, setting) runs on this task
+  # ((task, budget multiple, kinds), ...): those kinds trained for that multiple
+  # of the task's budget, arm `sensitivity`, label `<multiple>x_budget`.
+  budget_checks: tuple[tuple[str, float, tuple[str, ...]], ...] = ()
   learned: float = LEARNED               # valid accuracy that calibrates a budget
   calibrated: bool = True                # False: each task's budget is its max_steps
   learning_rates: tuple[float, ...] = ()  # set: populations (PopulationRun) of seeds x these
@@ -317,6 +324,9 @@ class Preset:
       task = by_name[self.sensitivity_task]
       out += [Run(task, kind, seed, arm="sensitivity", setting=setting, label=label)
               for seed in self.seeds for kind, label, setting in self.sensitivity]
+    for name, multiple, kinds in self.budget_checks:
+      out += [Run(by_name[name], kind, seed, arm="sensitivity", label=f"{multiple:g}x_budget",
+                  budget_multiple=multiple) for seed in self.seeds for kind in kinds]
     return out
 
 
@@ -354,6 +364,14 @@ _SENSITIVITY = (
     ("bifocal_heads", "base1e5", (("position.base", 100000.0),)),
     ("rope", "base1e5", (("position.base", 100000.0),)),
 )
+# Added after the scratch runs of cycle_navigation: its calibrated budget sits
+# at RoPE's sudden exit from a loss plateau (~1,000-1,250 steps), and 1 or 2
+# of 5 seeds of each spectral kind had not left it by 2,000 steps (RoPE: 0 of
+# 5). Twice the budget asks whether Spectral Evolution delays the transition
+# or prevents it, RoPE alongside for the pairing.
+_BUDGET_CHECKS = (("cycle_navigation", 2.0, ("rope", "spectral", "bifocal_heads",
+                                            "bifocal_pairs")),)
+
 
 def _accelerator_model(**extra) -> tuple[tuple[str, object], ...]:
   """The Chomsky-hierarchy protocol's model (Deletang et al.: 5 layers, width
@@ -400,7 +418,8 @@ PRESETS = {
                        che=_CHE_PROTOCOL) for name in _CHE_TASKS),
         ),
         kinds=tuple(KINDS), seeds=(0, 1, 2, 3, 4),
-        protocol_tasks=("dyck", "modular_arithmetic_brackets_depth"), sensitivity=_SENSITIVITY),
+        protocol_tasks=("dyck", "modular_arithmetic_brackets_depth"), sensitivity=_SENSITIVITY,
+        budget_checks=_BUDGET_CHECKS),
     # One H200: the cpu preset's tasks at the protocol's model size, each
     # (task, kind) one population of 8 seeds x 2 learning rates; fixed budgets.
     "accelerator": Preset(
@@ -720,7 +739,7 @@ class Sweep:
     group = lambda r: (r.task.name, r.arm if r.arm == "sensitivity" else "")
     steps_left = collections.Counter()
     for r in runs:
-      steps_left[group(r)] += budgets[r.task.name]
+      steps_left[group(r)] += r.steps(budgets[r.task.name])
     return sorted(runs, key=lambda r: steps_left[group(r)])  # stable: the preset's order within
 
   def calibrate(self, *, jobs: int = 1) -> dict:

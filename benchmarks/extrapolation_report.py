@@ -71,14 +71,23 @@ def _seed_values(runs: dict[int, dict], split: str, metric: str) -> dict[int, fl
           if (v := _value(s, split, metric)) is not None}
 
 
-def accuracy_table(groups: dict, splits: list[str], metric: str, *, with_loss: bool = True) -> str:
-  """Rows: position kinds (scratch arm); cells: mean [95% interval] over seeds."""
-  header = ["position", "seeds", *(["final train loss"] if with_loss else []), *splits]
+def accuracy_table(groups: dict, splits: list[str], metric: str, *, with_loss: bool = True,
+                   scratch: bool = True, learned: float | None = None) -> str:
+  """Rows: position kinds of the scratch arm (`scratch`), or every other arm's
+  cells; cells: mean [95% interval] over seeds. `learned`: a column counting
+  the seeds whose valid accuracy reaches it (a mean hides a bimodal cell)."""
+  fits = learned is not None and "valid" in splits
+  header = ["position" if scratch else "position (arm)", "seeds",
+            *([f"fit (valid >= {learned:g})"] if fits else []),
+            *(["final train loss"] if with_loss else []), *splits]
   rows = [header, ["---"] * len(header)]
   for (arm, group), runs in groups.items():
-    if arm != "scratch":
+    if (arm == "scratch") != scratch:
       continue
-    row = [group, str(len(runs))]
+    row = [group if scratch else f"{group} ({arm})", str(len(runs))]
+    if fits:
+      valid = _seed_values(runs, "valid", "accuracy").values()
+      row.append(f"{sum(v >= learned for v in valid)}/{len(valid)}")
     losses = [s["final_train_loss"] for s in runs.values() if s["final_train_loss"] is not None]
     if with_loss:
       row.append(_fmt_interval(stats.seed_interval(losses)) if losses else "-")
@@ -86,7 +95,7 @@ def accuracy_table(groups: dict, splits: list[str], metric: str, *, with_loss: b
       values = list(_seed_values(runs, split, metric).values())
       row.append(_fmt_interval(stats.seed_interval(values)) if values else "-")
     rows.append(row)
-  return _markdown(rows)
+  return _markdown(rows) if len(rows) > 2 else ""
 
 
 def paired_table(groups: dict, splits: list[str], metric: str,
@@ -150,7 +159,8 @@ def _pairs(groups: dict) -> dict[str, list]:
   return dict(versus_rope=versus_rope, protocol=protocol, sensitivity=sensitivity)
 
 
-def task_section(task: str, groups: dict, plots_dir: str, link_base: str) -> str:
+def task_section(task: str, groups: dict, plots_dir: str, link_base: str, *,
+                 learned: float | None = None) -> str:
   splits = list(dict.fromkeys(split for runs in groups.values() for s in runs.values()
                               for split in s["splits"]))
   any_run = next(iter(next(iter(groups.values())).values()))
@@ -158,11 +168,14 @@ def task_section(task: str, groups: dict, plots_dir: str, link_base: str) -> str
            f"Config `{any_run['config']}` with the overrides recorded in each summary; "
            f"{any_run['steps'] if any_run['arm'] == 'scratch' else any_run['budget']} steps "
            "from scratch. Token accuracy, mean over seeds [95% t-interval]:", "",
-           accuracy_table(groups, splits, "accuracy")]
+           accuracy_table(groups, splits, "accuracy", learned=learned)]
   if any(_value(s, splits[0], "close_accuracy") is not None
          for runs in groups.values() for s in runs.values()):
     parts += ["", "Closing-bracket accuracy of Yao et al. 2021:", "",
               accuracy_table(groups, splits, "close_accuracy", with_loss=False)]
+  others = accuracy_table(groups, splits, "accuracy", scratch=False, learned=learned)
+  if others:
+    parts += ["", "The other arms (below, paired), token accuracy, mean over seeds:", "", others]
   pairs = _pairs(groups)
   titles = dict(
       versus_rope="Paired against `rope` (same seeds and data), token accuracy; **bold**: the "
@@ -170,7 +183,7 @@ def task_section(task: str, groups: dict, plots_dir: str, link_base: str) -> str
       protocol="The paper's protocol: Surgical Integration of the trained `rope` model into "
       "bifocal attention, then Spectral Evolution, against the same further steps as `rope`:",
       sensitivity="Sensitivity (paired against the default setting, and bifocal attention "
-      "against `rope` at the same setting: rotary base, learning rate):")
+      "against `rope` at the same setting: rotary base, learning rate, step budget):")
   for section, title in titles.items():
     table = paired_table(groups, splits, "accuracy", pairs[section])
     if table:
@@ -289,7 +302,7 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
                  "training and evaluation in all.")
   table = cells(summaries)
   for task in [t.name for t in preset.tasks if t.name in table]:
-    parts.append(task_section(task, table[task], plots_dir, link_base))
+    parts.append(task_section(task, table[task], plots_dir, link_base, learned=preset.learned))
   return "\n\n".join(parts) + "\n"
 
 

@@ -74,6 +74,29 @@ def test_commands_carry_kind_arm_and_settings():
   assert "--config.steps=400" in frozen.train_command("/o", 400)
 
 
+def test_budget_checks_train_a_multiple_of_the_budget_and_count_their_steps(tmp_path):
+  preset = ex.Preset(tasks=(TASK,), kinds=("rope", "bifocal_heads"), seeds=(0, 1),
+                     protocol_tasks=("odds_first",),
+                     budget_checks=(("odds_first", 2.0, ("rope", "bifocal_heads")),))
+  checks = [r for r in preset.runs() if r.arm == "sensitivity"]
+  assert [r.name for r in checks] == [
+      f"odds_first/sensitivity/{kind}_2x_budget/seed{seed}"
+      for seed in (0, 1) for kind in ("rope", "bifocal_heads")]
+  train = checks[1].train_command("/o", 400)
+  assert "--config.steps=800" in train and "--config.position.kind=bifocal" in train
+  assert "init_from" not in " ".join(train)  # from scratch, not from the budget's checkpoint
+  # The groups are ordered by the steps they really train: the 4 budget checks
+  # (4 x 800 = 3,200) against 4 scratch runs and 4 protocol runs at half the
+  # budget (4 x 400 + 4 x 200 = 2,400), which go first.
+  results = str(tmp_path / "results")
+  os.makedirs(results)
+  with open(os.path.join(results, ex.BUDGETS_FILE), "w") as f:
+    json.dump({"odds_first": {"budget": 400}}, f)
+  sweep = ex.Sweep(preset, str(tmp_path / "out"), results, log=lambda m: None)
+  assert [r.arm for r in sweep.pending()] == ["scratch"] * 4 + ["surgery", "continue"] * 2 + [
+      "sensitivity"] * 4
+
+
 def fake_workdir(run, out, *, steps=10, accuracy=0.5, splits=None, curve=()):
   """A run directory as the trainer and eval.py leave it (final checkpoint dir included)."""
   workdir = run.workdir(out)
@@ -215,7 +238,12 @@ def test_report_intervals_paired_verdicts_and_plots(tmp_path):
   assert "Runs summarised: 16" in markdown
   assert _rows(markdown, "odds_first")[0][1:] == ["400", "0.930", "3000"]
   rope_row = _rows(markdown, "rope |")[0]
-  assert rope_row[1] == "5" and rope_row[4].startswith("0.576 [")
+  assert rope_row[1:3] == ["5", "5/5"] and rope_row[5].startswith("0.576 [")
+  assert _rows(markdown, "bifocal_heads |")[0][2] == "3/5"  # seeds at valid 0.89 did not fit
+  # The other arms' own accuracies, each cell labelled with its arm.
+  surgery_row = _rows(markdown, "bifocal_heads (surgery) |")[0]
+  assert surgery_row[1:3] == ["3", "3/3"] and surgery_row[5].startswith("0.600")
+  assert _rows(markdown, "rope (continue) |")[0][1] == "3"
   bifocal_vs_rope = _rows(markdown, "bifocal_heads (scratch) - rope (scratch)")[0]
   assert bifocal_vs_rope[1] == "5"
   assert not bifocal_vs_rope[2].startswith("**")        # valid: within noise
