@@ -291,10 +291,16 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
   plots_dir = plots_dir or os.path.join(results_dir, "plots")
   link_base = link_base or results_dir
   summaries = load_summaries(results_dir)
-  total = len(preset.runs())
-  parts = [f"Runs summarised: {len(summaries)} (of the preset's {total}; "
-           f"{len(preset.kinds)} position kinds x {len(preset.seeds)} seeds per task, plus the "
-           "protocol and sensitivity arms).", budgets_section(preset, results_dir)]
+  budgets = {}
+  if preset.calibrated and os.path.exists(os.path.join(results_dir, BUDGETS_FILE)):
+    with open(os.path.join(results_dir, BUDGETS_FILE)) as f:
+      budgets = json.load(f)
+  # Runs of tasks not learned at their budget are never made: not counted.
+  total = len([r for r in preset.runs()
+               if not preset.calibrated or (budgets.get(r.task.name) or {}).get("budget")])
+  parts = [f"Runs summarised: {len(summaries)} (of the {total} the preset makes for the tasks "
+           f"learned; {len(preset.kinds)} position kinds x {len(preset.seeds)} seeds per task, "
+           "plus the protocol and sensitivity arms).", budgets_section(preset, results_dir)]
   if summaries:
     dates = sorted(s["date"] for s in summaries)
     seconds = sum(s["seconds"] for s in summaries)

@@ -235,7 +235,7 @@ def test_report_intervals_paired_verdicts_and_plots(tmp_path):
   with open(os.path.join(results, "budgets.json"), "w") as f:
     json.dump({"odds_first": {"budget": 400, "max_steps": 3000, "curve": [[400, 0.93]]}}, f)
   markdown = report_lib.report(PRESET, results)
-  assert "Runs summarised: 16" in markdown
+  assert "Runs summarised: 16 (of the 10 the preset makes" in markdown  # seeds beyond its two
   assert _rows(markdown, "odds_first")[0][1:] == ["400", "0.930", "3000"]
   rope_row = _rows(markdown, "rope |")[0]
   assert rope_row[1:3] == ["5", "5/5"] and rope_row[5].startswith("0.576 [")
@@ -261,6 +261,7 @@ def test_report_names_tasks_not_learned_and_not_calibrated(tmp_path):
   markdown = report_lib.report(preset, str(tmp_path))
   assert _rows(markdown, "odds_first")[0][1:] == ["**not learned**", "best 0.600", "3000"]
   assert _rows(markdown, "parity_check")[0][1] == "not calibrated yet"
+  assert "Runs summarised: 0 (of the 0 the preset makes" in markdown  # none learned
 
 
 def test_replace_block_keeps_the_text_around_it(tmp_path):
