@@ -257,17 +257,22 @@ def plot_task(task: str, groups: dict, path: str) -> str | None:
   return path
 
 
-def budgets_section(preset, results_dir: str) -> str:
+def _read_budgets(results_dir: str) -> dict:
+  """`budgets.json` of `results_dir` ({} before the calibration; this module
+  reads the results directory alone, without the sweep's flags)."""
+  path = os.path.join(results_dir, BUDGETS_FILE)
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def budgets_section(preset, budgets: dict) -> str:
   if not preset.calibrated:
     rows = [["task", "budget (steps)"], ["---"] * 2]
     rows += [[task.name, str(task.max_steps)] for task in preset.tasks]
     return ("Step budgets: fixed per task (sized to the machine, not calibrated):\n\n"
             + _markdown(rows))
-  path = os.path.join(results_dir, BUDGETS_FILE)
-  budgets = {}
-  if os.path.exists(path):
-    with open(path) as f:
-      budgets = json.load(f)
   rows = [["task", "budget (steps)", "valid accuracy at the budget", "calibrated up to"],
           ["---"] * 4]
   for task in preset.tasks:
@@ -291,16 +296,13 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
   plots_dir = plots_dir or os.path.join(results_dir, "plots")
   link_base = link_base or results_dir
   summaries = load_summaries(results_dir)
-  budgets = {}
-  if preset.calibrated and os.path.exists(os.path.join(results_dir, BUDGETS_FILE)):
-    with open(os.path.join(results_dir, BUDGETS_FILE)) as f:
-      budgets = json.load(f)
+  budgets = _read_budgets(results_dir)
   # Runs of tasks not learned at their budget are never made: not counted.
   total = len([r for r in preset.runs()
                if not preset.calibrated or (budgets.get(r.task.name) or {}).get("budget")])
   parts = [f"Runs summarised: {len(summaries)} (of the {total} the preset makes for the tasks "
            f"learned; {len(preset.kinds)} position kinds x {len(preset.seeds)} seeds per task, "
-           "plus the protocol and sensitivity arms).", budgets_section(preset, results_dir)]
+           "plus the protocol and sensitivity arms).", budgets_section(preset, budgets)]
   if summaries:
     dates = sorted(s["date"] for s in summaries)
     seconds = sum(s["seconds"] for s in summaries)
