@@ -51,7 +51,7 @@ def base_config(task_name: str) -> ml_collections.ConfigDict:
   c.init_from = ""  # workdir of a trained `rope` run to start from (init_from.py)
   c.peak_flops = 0.0  # device peak FLOP/s for MFU; 0: not reported
   c.progress_bar = True
-  c.prefetch = 2  # batches prepared ahead of the train step
+  c.prefetch = 8  # training batches generated ahead of the train step (0: none)
   c.buckets = ()  # padded lengths; () = powers of two up to the longest example
   # Training data (`tasks.pipeline`): "finite" epochs over task.train.size examples, or
   # "fresh" ones every step (as the original Chomsky-hierarchy trainer); lengths drawn
@@ -115,6 +115,9 @@ def _check_optimisation(config) -> None:
     value = config[key]
     if not isinstance(value, int) or value <= 0:
       _fail(key, value, "must be a positive integer")
+  if isinstance(config.prefetch,
+                bool) or not isinstance(config.prefetch, int) or config.prefetch < 0:
+    _fail("prefetch", config.prefetch, "must be a non-negative integer (0: no prefetching)")
   for key in ("learning_rate", "spectral.learning_rate"):
     value = config.spectral.learning_rate if key.startswith("spectral") else config.learning_rate
     if not isinstance(value, (int, float)) or not value > 0:

@@ -233,7 +233,7 @@ def _data_iterator(config, task, *, start_step: int):
                              seed=config.seed, buckets=_train_buckets(config, task),
                              process_index=jax.process_index(), process_count=jax.process_count(),
                              start_step=start_step, examples=config.data.examples,
-                             lengths=config.data.lengths))
+                             lengths=config.data.lengths, prefetch=config.prefetch))
 
 
 def _flops_per_step(config, task) -> float:

@@ -23,6 +23,7 @@ BAD_CONFIGS = {
     "negative learning rate": ({"learning_rate": -1e-3}, "learning_rate=-0.001"),
     "zero spectral learning rate": ({"spectral.learning_rate": 0.0}, "spectral.learning_rate=0.0"),
     "zero checkpoint interval": ({"checkpoint_every": 0}, "checkpoint_every=0"),
+    "negative prefetch": ({"prefetch": -1}, "prefetch=-1"),
     "batch the data-parallel devices cannot split": ({"batch_size": 12}, "batch_size=12"),
     "mesh product is not the device count": (
         {"mesh.data": 3, "mesh.model": 2}, "mesh={'data': 3, 'fsdp': 1, 'model': 2}"),

@@ -2,6 +2,7 @@
 sharding, checkpointing, evaluation."""
 
 import json
+import time
 
 import grain
 import numpy as np
@@ -208,3 +209,36 @@ def test_bad_pipeline_arguments():
                            lengths="per_batch")
   with pytest.raises(ValueError, match="data.examples='new'"):
     pipeline.train_dataset(task, batch_size_per_process=4, seed=0, buckets=(99,), examples="new")
+  with pytest.raises(ValueError, match="prefetch=-1"):
+    pipeline.train_dataset(task, batch_size_per_process=4, seed=0, buckets=(99,), prefetch=-1)
+
+
+def _counting_batches(task, counter):
+  """`task` whose `batch` counts its calls (one per training batch generated)."""
+  batch = task.batch
+
+  def counted(*args, **kwargs):
+    counter.append(None)
+    return batch(*args, **kwargs)
+
+  object.__setattr__(task, "batch", counted)
+  return task
+
+
+@pytest.mark.parametrize("prefetch", [0, 3])
+def test_prefetch_generates_that_many_batches_ahead_and_the_same_batches(prefetch):
+  generated = []
+  task = _counting_batches(small_dyck(), generated)
+  batches = iter(pipeline.train_dataset(task, batch_size_per_process=4, seed=0, buckets=(99,),
+                                        prefetch=prefetch))
+  first = take(batches, 2)
+  deadline = time.monotonic() + 20
+  while len(generated) < 2 + prefetch and time.monotonic() < deadline:
+    time.sleep(0.01)
+  time.sleep(0.2)  # time to overrun the buffer, if it could
+  assert len(generated) == 2 + prefetch
+  unbuffered = take(iter(pipeline.train_dataset(small_dyck(), batch_size_per_process=4, seed=0,
+                                                buckets=(99,), prefetch=0)), 2)
+  for got, want in zip(first, unbuffered):
+    for key in FIELDS:
+      np.testing.assert_array_equal(got[key], want[key])

@@ -42,9 +42,17 @@ import numpy as np
 
 from bifocal_jax.tasks import base
 
-# Generation holds the GIL only between numpy calls; two threads keep a few
-# batches ready while the train step runs.
-READ_OPTIONS = grain.ReadOptions(num_threads=2, prefetch_buffer_size=8)
+
+def read_options(prefetch: int) -> grain.ReadOptions:
+  """Up to `prefetch` batches generated ahead by (at most) two threads, while
+  the train or eval step runs (generation holds the GIL only between numpy
+  calls); 0: each batch generated when asked for, in the caller's thread."""
+  if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+    raise ValueError(f"prefetch={prefetch!r}: must be a non-negative integer")
+  return grain.ReadOptions(num_threads=min(2, prefetch), prefetch_buffer_size=prefetch)
+
+
+READ_OPTIONS = read_options(8)
 
 
 def length_buckets(max_length: int, min_bucket: int = 16) -> tuple[int, ...]:
@@ -166,21 +174,21 @@ def _batch_of_step(indices_of_step, length_of_step, local_batch, per_batch: bool
 
 def train_dataset(task: base.Task, *, batch_size_per_process: int, seed: int,
                   buckets: Sequence[int], process_index: int = 0, process_count: int = 1,
-                  start_step: int = 0, examples: str = "finite",
-                  lengths: str = "per_example") -> grain.IterDataset:
+                  start_step: int = 0, examples: str = "finite", lengths: str = "per_example",
+                  prefetch: int = 8) -> grain.IterDataset:
   """Endless training batches of this process, from step `start_step` on.
 
   Deterministic given `seed` (the order, and the lengths per batch; the
   examples themselves come from the task's seed) and the process layout.
-  `examples` and `lengths`: see the module docstring.
+  `examples` and `lengths`: see the module docstring; `prefetch`: `read_options`.
   """
   batch_of_step = train_batch_fn(task, batch_size_per_process=batch_size_per_process, seed=seed,
                                  buckets=buckets, process_index=process_index,
                                  process_count=process_count, examples=examples, lengths=lengths)
   if start_step < 0:
     raise ValueError(f"start_step={start_step}: must be >= 0")
-  return (grain.MapDataset.range(start_step,
-                                 sys.maxsize).map(batch_of_step).to_iter_dataset(READ_OPTIONS))
+  options = read_options(prefetch)
+  return grain.MapDataset.range(start_step, sys.maxsize).map(batch_of_step).to_iter_dataset(options)
 
 
 def eval_batches(task: base.Task, split: str, *, batch_size: int,
