@@ -8,6 +8,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= runs/demo
 PYTEST_ARGS ?=
+# The suite on this many processes (pytest-xdist), a test file's tests on one
+# of them (module fixtures stay shared); 0: in this process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: venv demo lint format test test-fast bench clean
 LINTED := bifocal_jax train.py eval.py configs benchmarks tests docs examples
@@ -39,11 +43,11 @@ format: $(STAMP)
 # The linter and the formatter's check, then the whole suite, slow
 # end-to-end tests included (what CI runs).
 test: lint
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 # The same, without the slow end-to-end tests.
 test-fast: lint
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
