@@ -115,9 +115,6 @@ def _check_optimisation(config) -> None:
     value = config[key]
     if not isinstance(value, int) or value <= 0:
       _fail(key, value, "must be a positive integer")
-  if isinstance(config.prefetch,
-                bool) or not isinstance(config.prefetch, int) or config.prefetch < 0:
-    _fail("prefetch", config.prefetch, "must be a non-negative integer (0: no prefetching)")
   for key in ("learning_rate", "spectral.learning_rate"):
     value = config.spectral.learning_rate if key.startswith("spectral") else config.learning_rate
     if not isinstance(value, (int, float)) or not value > 0:
@@ -200,6 +197,7 @@ def _check_batches(config, task, heads: int, *, num_devices: int, num_processes:
   from bifocal_jax.tasks import pipeline  # local: it needs grain
   try:
     pipeline.check_sampling(task, config.data.examples, config.data.lengths)
+    pipeline.read_options(config.prefetch)
   except ValueError as e:
     _reraise(e)
   if not 1 <= config.eval_examples <= task.split("valid").size:

@@ -237,8 +237,9 @@ def test_prefetch_generates_that_many_batches_ahead_and_the_same_batches(prefetc
     time.sleep(0.01)
   time.sleep(0.2)  # time to overrun the buffer, if it could
   assert len(generated) == 2 + prefetch
-  unbuffered = take(iter(pipeline.train_dataset(small_dyck(), batch_size_per_process=4, seed=0,
-                                                buckets=(99,), prefetch=0)), 2)
-  for got, want in zip(first, unbuffered):
+  batch_of_step = pipeline.train_batch_fn(small_dyck(), batch_size_per_process=4, seed=0,
+                                          buckets=(99,))
+  for step, got in enumerate(first):
+    want = batch_of_step(step)
     for key in FIELDS:
       np.testing.assert_array_equal(got[key], want[key])

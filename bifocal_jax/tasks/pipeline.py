@@ -48,11 +48,12 @@ def read_options(prefetch: int) -> grain.ReadOptions:
   the train or eval step runs (generation holds the GIL only between numpy
   calls); 0: each batch generated when asked for, in the caller's thread."""
   if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-    raise ValueError(f"prefetch={prefetch!r}: must be a non-negative integer")
+    raise ValueError(f"prefetch={prefetch!r}: must be a non-negative integer (0: no prefetching)")
   return grain.ReadOptions(num_threads=min(2, prefetch), prefetch_buffer_size=prefetch)
 
 
-READ_OPTIONS = read_options(8)
+PREFETCH = 8  # the default (`config.prefetch`)
+READ_OPTIONS = read_options(PREFETCH)
 
 
 def length_buckets(max_length: int, min_bucket: int = 16) -> tuple[int, ...]:
@@ -175,7 +176,7 @@ def _batch_of_step(indices_of_step, length_of_step, local_batch, per_batch: bool
 def train_dataset(task: base.Task, *, batch_size_per_process: int, seed: int,
                   buckets: Sequence[int], process_index: int = 0, process_count: int = 1,
                   start_step: int = 0, examples: str = "finite", lengths: str = "per_example",
-                  prefetch: int = 8) -> grain.IterDataset:
+                  prefetch: int = PREFETCH) -> grain.IterDataset:
   """Endless training batches of this process, from step `start_step` on.
 
   Deterministic given `seed` (the order, and the lengths per batch; the
