@@ -16,7 +16,9 @@ exists is done, whatever machine ran it: a sweep started elsewhere skips it,
 and `--summarize_only` rebuilds every table and plot from the summaries alone
 (`extrapolation_report.py`). A crash or a kill loses at most the run in flight
 (its trainer resumes from its last checkpoint); a failed run leaves
-`failed.txt` in its workdir and the sweep goes on.
+`failed.txt` in its workdir and the sweep goes on. A summary's `seconds`
+is the time of every command the sweeps ran for the run (`logged_seconds`:
+each resumption and the evaluation included).
 
 Arms (how a run starts):
   scratch      from initialisation, for the task's calibrated step budget;
@@ -82,6 +84,7 @@ FAILED_FILE = "failed.txt"
 BUDGETS_FILE = "budgets.json"
 LEARNED = 0.9  # valid token accuracy at which a task counts as learned in distribution
 TAIL_LINES = 40
+TOOK = "# took "  # the line `_execute` appends to a log when its command ends
 
 # Position kinds as the sweep names them: config overrides of each.
 KINDS = {
@@ -613,10 +616,11 @@ class _Stop:
 
 def _execute(command: list[str], log_path: str, stop: _Stop) -> tuple[int, str]:
   """Runs `command` from the repo root at lower priority, output appended to
-  `log_path`; (status, log tail)."""
+  `log_path`, then a `TOOK` line with its duration; (status, log tail)."""
   with open(log_path, "a") as log:
     log.write(f"\n$ {' '.join(command)}  # {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     log.flush()
+    start = time.monotonic()
     child = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                              preexec_fn=lambda: os.nice(10))
     stop.children.add(child)
@@ -624,9 +628,20 @@ def _execute(command: list[str], log_path: str, stop: _Stop) -> tuple[int, str]:
       status = child.wait()
     finally:
       stop.children.discard(child)
+      log.write(f"{TOOK}{time.monotonic() - start:.1f} s (exit status {child.returncode})\n")
   with open(log_path) as f:
     tail = f.readlines()[-TAIL_LINES:]
   return status, "".join(tail)
+
+
+def logged_seconds(workdir: str) -> float:
+  """The time of every command the sweeps ran in `workdir` (`TOOK` lines of
+  its train and eval logs): a run stopped and resumed counts every segment."""
+  total = 0.0
+  for stage in ("train", "eval"):
+    with contextlib.suppress(FileNotFoundError), open(os.path.join(workdir, f"{stage}.log")) as f:
+      total += sum(float(line[len(TOOK):].split()[0]) for line in f if line.startswith(TOOK))
+  return total
 
 
 def _stages(run: Run, out: str, budget: int, *, evaluate: bool) -> list[tuple[str, Run, list]]:
@@ -810,8 +825,10 @@ class Sweep:
       runs = [r for r in todo if r.unit == unit]
       statuses = {r.name: status for r in runs}
       share = len(unit.members()) if isinstance(unit, PopulationRun) else 1
+      # Segments of earlier sweeps count too (logs older than `TOOK` lack them).
+      seconds = max(logged_seconds(unit.workdir(self.out)), time.time() - start) / share
       for run in runs if status == "done" else ():
-        summary = summary_of(run, self.out, budget, (time.time() - start) / share)
+        summary = summary_of(run, self.out, budget, seconds)
         if summary is None:
           statuses[run.name] = "failed"
           self._failed(run, "its results lack a split or the final step (a population's "

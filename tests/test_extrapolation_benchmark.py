@@ -344,6 +344,34 @@ def test_sweep_commits_each_summary_it_writes(tmp_path, monkeypatch):
   assert committed[-1] == os.path.relpath(ex.summary_path(str(repo / "results"), run), repo)
 
 
+def test_each_command_logs_its_duration_and_a_resumed_run_counts_every_segment(tmp_path):
+  log_path = str(tmp_path / "train.log")
+  with ex._Stop() as stop:
+    for seconds in (0.3, 0.2):  # a run stopped, then resumed by a later sweep
+      status, tail = ex._execute(
+          [sys.executable, "-c", f"import time; time.sleep({seconds}); print('step')"],
+          log_path, stop)
+      assert status == 0 and "step" in tail
+  (tmp_path / "eval.log").write_text(f"$ eval.py\n{ex.TOOK}2.0 s (exit status 0)\n")
+  assert 2.5 <= ex.logged_seconds(str(tmp_path)) < 2.5 + 10  # both segments and the eval
+  assert ex.logged_seconds(str(tmp_path / "missing")) == 0.0
+
+
+def test_summary_seconds_include_segments_of_earlier_sweeps(tmp_path, monkeypatch):
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None)
+  run = ex.Run(TASK, "rope", 0)
+  os.makedirs(run.workdir(sweep.out))
+  with open(os.path.join(run.workdir(sweep.out), "train.log"), "w") as f:
+    f.write(f"{ex.TOOK}500.0 s (exit status -2)\n{ex.TOOK}100.5 s (exit status 0)\n")
+  seconds = []
+  monkeypatch.setattr(ex, "execute", lambda *a, **k: "done")
+  monkeypatch.setattr(ex, "summary_of", lambda r, out, budget, s: seconds.append(s) or {})
+  monkeypatch.setattr(sweep, "pending", lambda: [run])
+  monkeypatch.setattr(sweep, "budget", lambda task: 10)
+  assert sweep.run() == {run.name: "done"}
+  assert seconds == [600.5]
+
+
 def test_sweep_takes_up_runs_that_became_pending_and_tries_each_once(tmp_path, monkeypatch):
   sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None)
   first, second, third = (ex.Run(TASK, "rope", seed) for seed in range(3))
