@@ -100,9 +100,12 @@ def accuracy_table(groups: dict, splits: list[str], metric: str, *, with_loss: b
 
 def paired_table(groups: dict, splits: list[str], metric: str,
                  pairs: list[tuple[tuple[str, str], tuple[str, str]]]) -> str:
-  """Rows: `a - b` for each pair of cells; per split the mean paired
-  difference over the seeds both have, with its 95% interval (bold: decided)."""
-  header = ["difference", "seeds", *splits]
+  """Rows: `a - b` for each pair of cells; for the final training loss and per
+  split, the mean paired difference over the seeds both have, with its 95%
+  interval (bold: decided)."""
+  columns = [("final train loss", lambda s: s.get("final_train_loss"))] + [
+      (split, lambda s, split=split: _value(s, split, metric)) for split in splits]
+  header = ["difference", "seeds", *(name for name, _ in columns)]
   rows = [header, ["---"] * len(header)]
   for a, b in pairs:
     if a not in groups or b not in groups:
@@ -111,8 +114,9 @@ def paired_table(groups: dict, splits: list[str], metric: str,
     if not seeds:
       continue
     row = [f"{a[1]} ({a[0]}) - {b[1]} ({b[0]})", str(len(seeds))]
-    for split in splits:
-      va, vb = _seed_values(groups[a], split, metric), _seed_values(groups[b], split, metric)
+    for _, value in columns:
+      va, vb = ({s: v for s in seeds if (v := value(cell[s])) is not None}
+                for cell in (groups[a], groups[b]))
       common = [s for s in seeds if s in va and s in vb]
       row.append(_fmt_interval(stats.paired_difference([va[s] for s in common],
                                                        [vb[s] for s in common]), signed=True)
@@ -178,8 +182,8 @@ def task_section(task: str, groups: dict, plots_dir: str, link_base: str, *,
     parts += ["", "The other arms (below, paired), token accuracy, mean over seeds:", "", others]
   pairs = _pairs(groups)
   titles = dict(
-      versus_rope="Paired against `rope` (same seeds and data), token accuracy; **bold**: the "
-      "95% interval of the difference excludes zero:",
+      versus_rope="Paired against `rope` (same seeds and data), final training loss and token "
+      "accuracy; **bold**: the 95% interval of the difference excludes zero:",
       protocol="The paper's protocol: Surgical Integration of the trained `rope` model into "
       "bifocal attention, then Spectral Evolution, against the same further steps as `rope`:",
       sensitivity="Sensitivity (paired against the default setting, and bifocal attention "

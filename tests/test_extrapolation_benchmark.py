@@ -197,12 +197,12 @@ def test_pending_takes_the_group_with_fewest_steps_left_first(tmp_path):
       "reverse_string/continue/rope/seed1"] + names[4:6]
 
 
-def _summary(group, seed, arm="scratch", **accuracy):
+def _summary(group, seed, arm="scratch", loss_offset=0.0, **accuracy):
   kind = group.split("_frozen")[0]
   splits = {name: dict(accuracy=a, ci95=[a - 0.01, a + 0.01], by_length={"50": a},
                        by_depth={"0": a}) for name, a in accuracy.items()}
   out = dict(task="odds_first", kind=kind, arm=arm, group=group, seed=seed, steps=400, budget=400,
-             config="configs/odds_first.py", final_train_loss=0.1 * (seed + 1), splits=splits,
+             config="configs/odds_first.py", final_train_loss=0.1 * (seed + 1) + loss_offset, splits=splits,
              seconds=60.0, date=f"2026-11-30 1{seed}:00 UTC")
   if kind == "bifocal_heads":
     out["spectrum"] = dict(drift=0.1, harmonic_score=0.2 + 0.01 * seed, fraction_explained=0.5,
@@ -228,8 +228,9 @@ def test_report_intervals_paired_verdicts_and_plots(tmp_path):
   rope = [0.50, 0.60, 0.55, 0.65, 0.58]
   _write(results, [_summary("rope", i, valid=0.9, test_length=a) for i, a in enumerate(rope)]
          # bifocal: +0.05 on every seed on test_length (decided), noise on valid (not).
-         + [_summary("bifocal_heads", i, valid=0.9 + (-1) ** i * 0.01, test_length=a + 0.05)
-            for i, a in enumerate(rope)]
+         # Its final training loss 0.05 lower on every seed (decided).
+         + [_summary("bifocal_heads", i, valid=0.9 + (-1) ** i * 0.01, test_length=a + 0.05,
+                     loss_offset=-0.05) for i, a in enumerate(rope)]
          + [_summary("bifocal_heads", i, "surgery", valid=0.9, test_length=0.6) for i in range(3)]
          + [_summary("rope", i, "continue", valid=0.9, test_length=0.6) for i in range(3)])
   with open(os.path.join(results, "budgets.json"), "w") as f:
@@ -246,10 +247,11 @@ def test_report_intervals_paired_verdicts_and_plots(tmp_path):
   assert _rows(markdown, "rope (continue) |")[0][1] == "3"
   bifocal_vs_rope = _rows(markdown, "bifocal_heads (scratch) - rope (scratch)")[0]
   assert bifocal_vs_rope[1] == "5"
-  assert not bifocal_vs_rope[2].startswith("**")        # valid: within noise
-  assert bifocal_vs_rope[3].startswith("**+0.050 [")    # test_length: decided
+  assert bifocal_vs_rope[2].startswith("**-0.050 [")    # final train loss: decided
+  assert not bifocal_vs_rope[3].startswith("**")        # valid: within noise
+  assert bifocal_vs_rope[4].startswith("**+0.050 [")    # test_length: decided
   protocol = _rows(markdown, "bifocal_heads (surgery) - rope (continue)")[0]
-  assert protocol[1] == "3" and protocol[3] == "+0.000 [+0.000, +0.000]"
+  assert protocol[1] == "3" and protocol[4] == "+0.000 [+0.000, +0.000]"
   assert "Learned spectra" in markdown and "bifocal_heads (scratch)" in markdown
   assert os.path.getsize(os.path.join(results, "plots", "extrapolation_odds_first.png")) > 5000
 
