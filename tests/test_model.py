@@ -107,6 +107,27 @@ def test_causal_output_ignores_later_tokens(kind, position_config):
   assert np.max(np.abs(after[:, t + 1:] - before[:, t + 1:])) > 1e-3  # control
 
 
+@pytest.mark.parametrize("kind", ["nope", "rope"])
+def test_bidirectional_nope_cannot_tell_equal_tokens_apart(kind, position_config):
+  """Why NoPE scores the same in every seed on the Chomsky-hierarchy tasks.
+
+  Their encoder is bidirectional, so without a position signal the layers are
+  permutation-equivariant: every output slot holds the same query token and
+  gets the same prediction. RoPE is the control.
+  """
+  model = model_lib.Transformer(tiny_config(), position_config(kind), vocab_size=VOCAB, causal=False,
+                                rngs=nnx.Rngs(0))
+  tokens = jnp.asarray([[3, 5, 7, 1, 1, 1]], jnp.int32)  # an input, then three equal query tokens
+  positions = jnp.arange(SEQ, dtype=jnp.int32)[None]
+  out = np.asarray(nnx.jit(lambda m, t, p: m(t, jnp.ones_like(t, bool), positions_BxL=p))(
+      model, tokens, positions))[0]
+  spread = np.max(np.abs(out[3:] - out[3]))
+  if kind == "nope":
+    assert spread < 1e-5
+  else:
+    assert spread > 1e-3
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_valid_outputs_ignore_padded_tokens(kind, position_config):
   """Padding before and between valid tokens, which a causal mask alone would let through."""
