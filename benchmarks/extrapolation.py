@@ -30,6 +30,8 @@ Arms (how a run starts):
   sensitivity  bifocal under other settings (spectral learning rate, frozen
                then released spectra, rotary base; `rope` at the other bases),
                and a multiple of a task's budget (`rope` alongside).
+A preset's `seed_extensions` add seeds to some scratch cells (the tables and
+pairings take whatever seeds a cell has).
 
 Populations (the `accelerator` preset): each (task, kind) is one training of
 every seed x learning rate at once (`config.population`, one compiled program;
@@ -289,6 +291,8 @@ class Preset:
   # ((task, budget multiple, kinds), ...): those kinds trained for that multiple
   # of the task's budget, arm `sensitivity`, label `<multiple>x_budget`.
   budget_checks: tuple[tuple[str, float, tuple[str, ...]], ...] = ()
+  # ((task, seeds, kinds), ...): more seeds of those kinds from scratch.
+  seed_extensions: tuple[tuple[str, tuple[int, ...], tuple[str, ...]], ...] = ()
   learned: float = LEARNED               # valid accuracy that calibrates a budget
   calibrated: bool = True                # False: each task's budget is its max_steps
   learning_rates: tuple[float, ...] = ()  # set: populations (PopulationRun) of seeds x these
@@ -330,6 +334,8 @@ class Preset:
     for name, multiple, kinds in self.budget_checks:
       out += [Run(by_name[name], kind, seed, arm="sensitivity", label=f"{multiple:g}x_budget",
                   budget_multiple=multiple) for seed in self.seeds for kind in kinds]
+    for name, seeds, kinds in self.seed_extensions:
+      out += [Run(by_name[name], kind, seed) for seed in seeds for kind in kinds]
     return out
 
 
@@ -374,6 +380,12 @@ _SENSITIVITY = (
 # or prevents it, RoPE alongside for the pairing.
 _BUDGET_CHECKS = (("cycle_navigation", 2.0, ("rope", "spectral", "bifocal_heads",
                                             "bifocal_pairs")),)
+# Added after every scratch run had landed: on stack_manipulation RoPE fitted
+# in 2 of 5 seeds, bifocal heads and all-spectral RoPE in 4 of 5 each (Fisher
+# p = 0.25), claim 1's only hint. Five more seeds of those three kinds ask
+# whether it holds.
+_SEED_EXTENSIONS = (("stack_manipulation", (5, 6, 7, 8, 9),
+                     ("rope", "bifocal_heads", "spectral")),)
 
 
 def _accelerator_model(**extra) -> tuple[tuple[str, object], ...]:
@@ -422,7 +434,7 @@ PRESETS = {
         ),
         kinds=tuple(KINDS), seeds=(0, 1, 2, 3, 4),
         protocol_tasks=("dyck", "modular_arithmetic_brackets_depth"), sensitivity=_SENSITIVITY,
-        budget_checks=_BUDGET_CHECKS),
+        budget_checks=_BUDGET_CHECKS, seed_extensions=_SEED_EXTENSIONS),
     # One H200: the cpu preset's tasks at the protocol's model size, each
     # (task, kind) one population of 8 seeds x 2 learning rates; fixed budgets.
     "accelerator": Preset(

@@ -306,7 +306,9 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
                if not preset.calibrated or (budgets.get(r.task.name) or {}).get("budget")])
   parts = [f"Runs summarised: {len(summaries)} (of the {total} the preset makes for the tasks "
            f"learned; {len(preset.kinds)} position kinds x {len(preset.seeds)} seeds per task, "
-           "plus the protocol and sensitivity arms).", budgets_section(preset, budgets)]
+           "plus the protocol and sensitivity arms"
+           + (" and further seeds of some cells" if preset.seed_extensions else "") + ").",
+           budgets_section(preset, budgets)]
   if summaries:
     dates = sorted(s["date"] for s in summaries)
     seconds = sum(s["seconds"] for s in summaries)

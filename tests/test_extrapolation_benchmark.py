@@ -97,6 +97,17 @@ def test_budget_checks_train_a_multiple_of_the_budget_and_count_their_steps(tmp_
       "sensitivity"] * 4
 
 
+def test_seed_extensions_add_scratch_seeds_of_some_kinds():
+  preset = ex.Preset(tasks=(TASK,), kinds=("rope", "bifocal_heads", "alibi"), seeds=(0, 1),
+                     seed_extensions=(("odds_first", (2, 3), ("rope", "bifocal_heads")),))
+  runs = preset.runs()
+  assert [r.name for r in runs[6:]] == [
+      f"odds_first/scratch/{kind}/seed{seed}"
+      for seed in (2, 3) for kind in ("rope", "bifocal_heads")]
+  assert len({r.name for r in runs}) == len(runs) == 10
+  assert "--config.seed=3" in runs[-1].train_command("/o", 400)
+
+
 def fake_workdir(run, out, *, steps=10, accuracy=0.5, splits=None, curve=()):
   """A run directory as the trainer and eval.py leave it (final checkpoint dir included)."""
   workdir = run.workdir(out)
