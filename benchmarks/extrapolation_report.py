@@ -11,6 +11,9 @@
     the interval excludes zero (`stats.paired_difference`);
   * the paper's protocol (surgery vs continue) and the sensitivity settings,
     paired the same way;
+  * where a preset adds seeds to some cells after seeing the first ones
+    (`seed_extensions`), the same tables on the added seeds alone: a
+    replication the choice to add them cannot have biased;
   * the learned spectra: drift and harmonic fit against the geometric start;
   * a plot per task of accuracy against length and depth (mean over seeds).
 """
@@ -163,8 +166,26 @@ def _pairs(groups: dict) -> dict[str, list]:
   return dict(versus_rope=versus_rope, protocol=protocol, sensitivity=sensitivity)
 
 
+def replication(groups: dict, splits: list[str], seeds: tuple[int, ...],
+                kinds: tuple[str, ...], *, learned: float | None = None) -> str:
+  """The scratch cells of `kinds` restricted to `seeds`, and their paired
+  differences from `rope` on those seeds alone."""
+  added = {key: {seed: runs[seed] for seed in seeds if seed in runs}
+           for key, runs in groups.items() if key[0] == "scratch" and key[1] in kinds}
+  added = {key: runs for key, runs in added.items() if runs}
+  if not added:
+    return ""
+  return "\n\n".join([
+      f"Seeds {', '.join(map(str, seeds))} alone (added after the first seeds had landed, so "
+      "a replication of what those showed), token accuracy:",
+      accuracy_table(added, splits, "accuracy", learned=learned),
+      "Paired against `rope` on those seeds alone:",
+      paired_table(added, splits, "accuracy", _pairs(added)["versus_rope"])])
+
+
 def task_section(task: str, groups: dict, plots_dir: str, link_base: str, *,
-                 learned: float | None = None) -> str:
+                 learned: float | None = None,
+                 extensions: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = ()) -> str:
   splits = list(dict.fromkeys(split for runs in groups.values() for s in runs.values()
                               for split in s["splits"]))
   any_run = next(iter(next(iter(groups.values())).values()))
@@ -192,6 +213,10 @@ def task_section(task: str, groups: dict, plots_dir: str, link_base: str, *,
     table = paired_table(groups, splits, "accuracy", pairs[section])
     if table:
       parts += ["", title, "", table]
+  for seeds, kinds in extensions:
+    table = replication(groups, splits, seeds, kinds, learned=learned)
+    if table:
+      parts += ["", table]
   spectra = spectrum_table(groups)
   if spectra:
     parts += ["", "Learned spectra (mean over seeds of each run's mean over its spectral heads):",
@@ -316,7 +341,10 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
                  "training and evaluation in all.")
   table = cells(summaries)
   for task in [t.name for t in preset.tasks if t.name in table]:
-    parts.append(task_section(task, table[task], plots_dir, link_base, learned=preset.learned))
+    extensions = tuple((seeds, kinds) for name, seeds, kinds in preset.seed_extensions
+                       if name == task)
+    parts.append(task_section(task, table[task], plots_dir, link_base, learned=preset.learned,
+                              extensions=extensions))
   return "\n\n".join(parts) + "\n"
 
 

@@ -267,6 +267,25 @@ def test_report_intervals_paired_verdicts_and_plots(tmp_path):
   assert os.path.getsize(os.path.join(results, "plots", "extrapolation_odds_first.png")) > 5000
 
 
+def test_report_pairs_the_added_seeds_of_an_extension_alone(tmp_path):
+  """Seeds 0-1 favour bifocal attention by 0.2, the added seeds 2-4 by 0.01 on
+  every seed: the replication table shows the added seeds' difference only."""
+  results = str(tmp_path)
+  preset = ex.Preset(tasks=(TASK,), kinds=("rope", "bifocal_heads"), seeds=(0, 1),
+                     seed_extensions=(("odds_first", (2, 3, 4), ("rope", "bifocal_heads")),))
+  rope = [0.5, 0.6, 0.55, 0.65, 0.58]
+  gain = [0.2, 0.2, 0.01, 0.01, 0.01]
+  _write(results, [_summary("rope", i, valid=a) for i, a in enumerate(rope)]
+         + [_summary("bifocal_heads", i, valid=a + g) for i, (a, g) in enumerate(zip(rope, gain))])
+  markdown = report_lib.report(preset, results)
+  rows = _rows(markdown, "bifocal_heads (scratch) - rope (scratch)")
+  assert [r[1] for r in rows] == ["5", "3"]           # every seed, then the added ones
+  assert rows[0][3].startswith("+0.086")               # (2 * 0.2 + 3 * 0.01) / 5
+  assert rows[1][3].startswith("**+0.010 [")           # the added seeds alone: decided
+  assert "Seeds 2, 3, 4 alone" in markdown
+  assert [r[1] for r in _rows(markdown, "rope |")] == ["5", "3"]
+
+
 def test_report_names_tasks_not_learned_and_not_calibrated(tmp_path):
   preset = ex.Preset(tasks=(TASK, ex.TaskSpec("parity_check")), kinds=("rope",), seeds=(0,))
   with open(os.path.join(tmp_path, "budgets.json"), "w") as f:
