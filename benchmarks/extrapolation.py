@@ -1058,7 +1058,7 @@ def main(argv):
   link_base = os.path.dirname(os.path.abspath(_RESULTS_MD.value)) if _RESULTS_MD.value else None
   markdown = extrapolation_report.report(preset, results_dir, link_base=link_base)
   if _RESULTS_MD.value:
-    extrapolation_report.replace_block(_RESULTS_MD.value, markdown)
+    extrapolation_report.replace_block(_RESULTS_MD.value, markdown, _PRESET.value)
   print(markdown)
   return 0
 

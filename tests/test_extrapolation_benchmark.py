@@ -5,6 +5,7 @@ training); the end-to-end tests run the `smoke` preset once: calibration, the
 sweep, then the report rebuilt from the summaries alone.
 """
 
+import dataclasses
 import fcntl
 import importlib.util
 import json
@@ -327,6 +328,40 @@ def test_report_intervals_paired_verdicts_and_plots(tmp_path):
   assert protocol[1] == "3" and protocol[4] == "+0.000 [+0.000, +0.000]"
   assert "Learned spectra" in markdown and "bifocal_heads (scratch)" in markdown
   assert os.path.getsize(os.path.join(results, "plots", "extrapolation_odds_first.png")) > 5000
+
+
+def test_report_training_time_table_plot_and_convergence_budgets(tmp_path):
+  results = str(tmp_path)
+  summaries = []
+  for kind, late in (("rope", 0.7), ("alibi", 0.9)):
+    for seed in range(3):
+      s = _summary(kind, seed, valid=0.95, test_length=late)
+      s["at_steps"] = {str(step): {name: dict(accuracy=a, ci95=[a - 0.01, a + 0.01], examples=16)
+                                   for name, a in (("valid", 0.9), ("test_length", acc))}
+                       for step, acc in ((100, 0.5), (200, 0.6), (400, late + 0.01 * seed))}
+      summaries.append(s)
+  _write(results, summaries)
+  with open(os.path.join(results, "budgets.json"), "w") as f:
+    json.dump({"odds_first": {"budget": 400, "max_steps": 800, "just_fit": 100,
+                              "curve": [[400, 0.95]]}}, f)
+  preset = ex.Preset(tasks=(dataclasses.replace(TASK, just_fit=100),), kinds=("rope", "alibi"),
+                     seeds=(0, 1, 2), converged=0.002)
+  markdown = report_lib.report(preset, results)
+  assert "gained less than 0.002 over the last quarter" in markdown
+  assert _rows(markdown, "odds_first")[0][1:] == ["400", "0.950", "800", "100"]
+  alibi = {row[1]: row for row in _rows(markdown, "alibi |") if len(row) == 4}
+  assert list(alibi) == ["100", "200", "400"]
+  assert alibi["400"][3].startswith("0.910 [") and alibi["100"][3].startswith("0.500")
+  assert os.path.getsize(os.path.join(results, "plots", "training_time_odds_first.png")) > 5000
+
+
+def test_report_blocks_of_two_presets_live_side_by_side(tmp_path):
+  path = str(tmp_path / "RESULTS.md")
+  report_lib.replace_block(path, "cpu table")
+  report_lib.replace_block(path, "converged table", "converged")
+  report_lib.replace_block(path, "cpu table 2", "cpu")
+  text = open(path).read()
+  assert "cpu table 2" in text and "converged table" in text and "cpu table\n" not in text
 
 
 def test_report_pairs_the_added_seeds_of_an_extension_alone(tmp_path):
