@@ -125,6 +125,8 @@ class TaskSpec:
   `overrides`: `((config key, value), ...)` for every run of the task.
   `max_steps`, `interval`: the calibration's longest run and evaluation interval.
   `eval_args`: extra `eval.py` flags (e.g. `--num_examples=2000`).
+  `name` identifies the task in budgets, workdirs and summaries; its config
+  is `configs/<config_name or name>.py`.
   `che`: `(stride, examples per length)` of the CHE protocol (Chomsky tasks),
   whose results are the split `che`; None for tasks without it (Dyck).
   `published`: `((file name in PUBLISHED_DIR, max lines or None), ...)`: Dyck
@@ -148,10 +150,14 @@ class TaskSpec:
   just_fit: int | None = None
   checkpoint_examples: int | None = None
   checkpoint_published: tuple[tuple[str, int | None], ...] = ()
+  # The config file's name when it is not `name` (a second model size of a
+  # task is another TaskSpec, named apart: its budgets, workdirs, summaries).
+  config_name: str = ""
+  kinds: tuple[str, ...] = ()  # the position kinds run on it (default: the preset's)
 
   @property
   def config(self) -> str:
-    path = os.path.join("configs", f"{self.name}.py")
+    path = os.path.join("configs", f"{self.config_name or self.name}.py")
     return f"{path}:{self.variant}" if self.variant else path
 
   @property
@@ -334,6 +340,9 @@ class Preset:
   seed_extensions: tuple[tuple[str, tuple[int, ...], tuple[str, ...]], ...] = ()
   learned: float = LEARNED               # valid accuracy that calibrates a budget
   converged: float | None = None         # set: budgets by `convergence_budget` with this gain
+  # Pending runs in the preset's order (its tasks are listed verdict-critical
+  # first) rather than the group with the fewest steps left first.
+  in_order: bool = False
   calibrated: bool = True                # False: each task's budget is its max_steps
   learning_rates: tuple[float, ...] = ()  # set: populations (PopulationRun) of seeds x these
   data_workers: int = 0                  # populations: batch-making processes
@@ -362,7 +371,7 @@ class Preset:
     out = []
     for task in self.tasks:
       for seed in self.seeds:
-        out += [Run(task, kind, seed) for kind in self.kinds]
+        out += [Run(task, kind, seed) for kind in task.kinds or self.kinds]
       if task.name in self.protocol_tasks:
         out += [Run(task, kind, seed, arm=arm) for seed in self.seeds
                 for arm, kind in (("surgery", "bifocal_heads"), ("continue", "rope"))]
@@ -461,6 +470,15 @@ _CONVERGED_DYCK = TaskSpec(
     max_steps=8 * _DYCK_JUST_FIT, interval=250, published=_DYCK_PUBLISHED,
     at_multiples=(1, 2, 4, 8), just_fit=_DYCK_JUST_FIT, checkpoint_examples=500,
     checkpoint_published=tuple((f, n // 4) for f, n in _DYCK_PUBLISHED))
+# The Chomsky-hierarchy protocol's model (5 layers, width 64, 8 heads, batch
+# 128, its learning rate 1e-3) on the same Dyck task; `nope`, `rope`, `alibi`
+# and the spectral kinds (issue 30). Its just-fit budget is unmeasured: the
+# 2-layer model's stands in as the unit of the time axis.
+_CONVERGED_DYCK_5LAYER = dataclasses.replace(
+    _CONVERGED_DYCK, name="dyck_5layer", config_name="dyck",
+    overrides=_cpu_model(**{"model.num_layers": 5, "model.num_heads": 8, "batch_size": 128,
+                            "learning_rate": 1e-3, "eval_every": 1000, "keep_checkpoints": 20}),
+    kinds=("nope", "rope", "alibi", "spectral", "bifocal_heads", "bifocal_pairs"))
 
 PRESETS = {
     # The test: seconds per run.
@@ -492,8 +510,13 @@ PRESETS = {
     # Trained models: the cpu preset's kinds at a convergence budget
     # (`convergence_budget`: RoPE's valid accuracy gains < 0.002 over the last
     # quarter, or 8x the just-fit budget), each run's curve under `at_steps`.
-    "converged": Preset(tasks=(_CONVERGED_DYCK,), kinds=tuple(KINDS), seeds=(0, 1, 2, 3, 4),
-                        protocol_tasks=("dyck",), converged=0.002),
+    # Groups in the order of issue 30's compute plan (RESULTS.md): Dyck, then
+    # the 5-layer model on Dyck (the Chomsky-hierarchy protocol's), then the
+    # paper's protocol; each task's scratch runs seed-major.
+    "converged": Preset(
+        tasks=(_CONVERGED_DYCK, _CONVERGED_DYCK_5LAYER),
+        kinds=tuple(KINDS), seeds=(0, 1, 2, 3, 4), protocol_tasks=("dyck",), converged=0.002,
+        in_order=True),
     # One H200: the cpu preset's tasks at the protocol's model size, each
     # (task, kind) one population of 8 seeds x 2 learning rates; fixed budgets.
     "accelerator": Preset(
@@ -872,6 +895,8 @@ class Sweep:
     another; within a group, the preset's order (seed-major)."""
     budgets = {task.name: self.budget(task) for task in self.preset.tasks}
     runs = [r for r in self.preset.runs() if not self.done(r) and budgets[r.task.name]]
+    if self.preset.in_order:  # every task's scratch runs, then the protocol's
+      return sorted(runs, key=lambda r: r.source() is not None)
     group = lambda r: (r.task.name, r.arm if r.arm == "sensitivity" else "")
     steps_left = collections.Counter()
     for r in runs:

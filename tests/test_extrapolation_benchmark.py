@@ -142,6 +142,23 @@ def test_calibration_budget_is_the_first_evaluated_step_that_learned(tmp_path):
   assert ex.calibration_record(TASK, workdir) is None  # not finished
 
 
+def test_an_in_order_preset_keeps_its_task_order_and_runs_the_protocol_last(tmp_path):
+  first = ex.TaskSpec("dyck", variant="tiny")
+  second = dataclasses.replace(first, name="dyck_big", config_name="dyck", kinds=("rope",))
+  preset = ex.Preset(tasks=(first, second), kinds=("rope", "alibi"), seeds=(0,),
+                     protocol_tasks=("dyck",), in_order=True)
+  results = str(tmp_path / "results")
+  os.makedirs(results)
+  with open(os.path.join(results, ex.BUDGETS_FILE), "w") as f:
+    json.dump({"dyck": {"budget": 400}, "dyck_big": {"budget": 4000}}, f)
+  sweep = ex.Sweep(preset, str(tmp_path / "out"), results, log=lambda m: None)
+  assert [r.name for r in sweep.pending()] == [
+      "dyck/scratch/rope/seed0", "dyck/scratch/alibi/seed0", "dyck_big/scratch/rope/seed0",
+      "dyck/surgery/bifocal_heads/seed0", "dyck/continue/rope/seed0"]
+  assert "--config=configs/dyck.py:tiny" in sweep.pending()[2].train_command("/o", 4000)
+  assert "--workdir=/o/dyck_big/scratch/rope/seed0" in sweep.pending()[2].train_command("/o", 10)
+
+
 def test_convergence_budget_is_the_first_step_whose_last_quarter_gained_little():
   curve = [(250, 0.80), (500, 0.90), (750, 0.95), (1000, 0.96), (1500, 0.97), (2000, 0.975),
            (3000, 0.9765)]
