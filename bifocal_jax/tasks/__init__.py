@@ -4,8 +4,7 @@
 lists every key it accepts). Every task draws example `i` of split `s` from
 `(seed, s, i)` alone; see `base` for the interface and the batch layout,
 `dyck`, `listops` and `chomsky` (a package: the Chomsky-hierarchy tasks) for
-the tasks,
-`external` for the published Dyck data, and `pipeline` (imported separately:
+the tasks, `external` for the published Dyck data, and `pipeline` (imported separately:
 it needs grain) for the input pipelines.
 """
 
@@ -14,11 +13,7 @@ import ml_collections
 from bifocal_jax.tasks import base, chomsky, dyck, external, listops
 from bifocal_jax.tasks.base import Split, Task
 
-_TASKS = {
-    dyck.NAME: dyck.Dyck,
-    **{t.name: t for t in listops.TASKS},
-    **{t.name: t for t in chomsky.TASKS}
-}
+_TASKS = {t.name: t for t in (dyck.Dyck, *listops.TASKS, *chomsky.TASKS)}
 TASK_NAMES = tuple(_TASKS)
 
 

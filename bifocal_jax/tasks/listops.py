@@ -47,7 +47,10 @@ ten of them, as LRA's ten-way classifier):
   (computable from the prefix), so intermediate results are scored and only
   depth tracking gets them right. Its last target is `listops`'s answer.
 `d_train` (3) bounds the depths of `train`, `valid` and `test_length`;
-`test_depth` is d_train+1..2 d_train. `operators` may name a subset of the
+`test_depth` is d_train+1..2 d_train. Lengths 4..100 for `train`, `valid`
+and `test_depth`, 101..300 for `test_length` (there LRA's generator is always
+at depth d_train: a list of depth <= 2 has at most 122 tokens, and long ones
+are rare). `operators` may name a subset of the
 four (the vocabulary keeps all four).
 """
 
@@ -231,7 +234,8 @@ class ListOps(base.Task):
     operators = base.get_key(config, "operators")
     if (isinstance(operators, str) or not operators or len(set(operators)) != len(operators) or
         not set(operators) <= set(OPERATORS)):
-      base.fail("operators", operators, f"must be a non-empty tuple of distinct names of {OPERATORS}")
+      base.fail("operators", operators,
+                f"must be a non-empty tuple of distinct names of {OPERATORS}")
     self.operators = tuple(operators)
     splits = {
         name: base.parse_split(config, name, has_depth=True, stratified=name == "test_depth")
@@ -248,7 +252,6 @@ class ListOps(base.Task):
     self.tables = Tables(levels, max(spec.max_length for spec in splits.values()), self.max_args)
     self._lengths = {name: self._length_distributions(spec) for name, spec in splits.items()}
     self.output_ids = tuple(self.token_ids[d] for d in DIGITS)
-    self.close_id = self.token_ids[CLOSE]
 
   def _strata(self, spec: base.Split) -> list[tuple[int, int, int]]:
     """(levels of the bound, min depth, max depth) of each stratum."""
@@ -262,9 +265,10 @@ class ListOps(base.Task):
     for levels, lo, hi in self._strata(spec):
       joint = self.tables.node[levels][spec.min_length:spec.max_length + 1, lo:hi + 1]
       if not joint.sum() > 0:
-        base.fail(f"{spec.name}.max_length", spec.max_length,
-                  f"no expression of depth {lo}..{hi} with at most {self.max_args} arguments "
-                  f"fits in lengths [{spec.min_length}, {spec.max_length}]")
+        base.fail(
+            f"{spec.name}.max_length", spec.max_length,
+            f"no expression of depth {lo}..{hi} with at most {self.max_args} arguments "
+            f"fits in lengths [{spec.min_length}, {spec.max_length}]")
       cdf = np.cumsum(joint.sum(1))
       strata.append((cdf / cdf[-1], joint))
     return strata
@@ -277,8 +281,8 @@ class ListOps(base.Task):
     lengths = np.empty(len(indices), np.int64)
     for i, (cdf, _) in enumerate(strata):
       here = stratum == i
-      lengths[here] = spec.min_length + np.minimum(
-          np.searchsorted(cdf, draws[here], side="right"), len(cdf) - 1)
+      lengths[here] = spec.min_length + np.minimum(np.searchsorted(cdf, draws[here], side="right"),
+                                                   len(cdf) - 1)
     return stratum, lengths
 
   def sequence_lengths(self, split: str, indices: np.ndarray, length=None) -> np.ndarray:
@@ -294,13 +298,12 @@ class ListOps(base.Task):
     """Example `index` of `split` as tokens, each `]` as `("]", value of its list)`."""
     indices = np.array([index], np.int64)
     stratum, lengths = self._stratum_and_lengths(split, indices)
-    return self._expression(split, int(indices[0]), int(stratum[0]), int(lengths[0]))
+    rng = base.example_rngs(self.key(split, "content"), indices)[0]
+    return self._expression(split, int(stratum[0]), int(lengths[0]), rng)
 
-  def _expression(self, split: str, index: int, stratum: int, n: int,
-                  rng: random.Random | None = None) -> list:
+  def _expression(self, split: str, stratum: int, n: int, rng: random.Random) -> list:
+    """An expression of length n from the split's stratum: its depth, then the tree."""
     levels, lo, _ = self._strata(self.split(split))[stratum]
-    if rng is None:
-      rng = base.example_rngs(self.key(split, "content"), np.array([index]))[0]
     _, joint = self._lengths[split][stratum]
     depth = lo + _draw(rng, joint[n - self.split(split).min_length])
     out = []
@@ -319,12 +322,12 @@ class ListOps(base.Task):
     stratum, lengths = self._stratum_and_lengths(split, indices)
     out = base.empty_batch(len(indices), width)
     rngs = base.example_rngs(self.key(split, "content"), indices)
-    for row, (rng, s, n) in enumerate(zip(rngs, stratum.tolist(), lengths.tolist())):
-      tokens = self._expression(split, 0, s, n, rng)
+    for row, (rng, i, n) in enumerate(zip(rngs, stratum.tolist(), lengths.tolist())):
+      tokens = self._expression(split, i, n, rng)
       is_close = np.array([isinstance(t, tuple) for t in tokens])
       symbols = [t[0] if isinstance(t, tuple) else t for t in tokens]
       scored = self.scored(is_close)
-      height = np.cumsum([(s.startswith("[")) - (s == CLOSE) for s in symbols])
+      height = np.cumsum([t.startswith("[") - (t == CLOSE) for t in symbols])
       out["inputs"][row, :n] = [self.token_ids[s] for s in symbols]
       values = [self.token_ids[DIGITS[t[1]]] if isinstance(t, tuple) else 0 for t in tokens]
       out["targets"][row, :n] = np.where(scored, values, base.PAD_ID)
@@ -354,4 +357,3 @@ class ListOpsDepth(ListOps):
 
 
 TASKS = (ListOps, ListOpsDepth)
-
