@@ -312,6 +312,7 @@ def test_no_test_example_is_a_training_example():
     ("test_length.min_length", 100, "must exceed train.max_length=100"),
     ("test_depth.max_length", 12, "no expression of depth 4..4"),
     ("train.min_depth", 0, "must be >= 1"),
+    ("test_length.max_length", 3000, "too long for the float64 tables"),
 ])
 def test_bad_configs_raise_one_clear_error(key, value, match):
   with pytest.raises(ValueError, match=match):

@@ -36,7 +36,9 @@ conditional distributions, from tables (dynamic programming over the
 generator's probabilities of a subtree's length and depth) computed once per
 task: the length first (inverse CDF: `sequence_lengths` needs no sampling),
 then each node's argument count, and each argument's length and depth given
-those left to place.
+those left to place. The tables are float64 probabilities: lengths up to
+about 1,000 at depth 6 and more (LRA's own 500..2000 underflow: a clear
+error, not a wrong sample).
 
 Tasks (decoder: causal; targets are digits, accuracy's argmax ranges over the
 ten of them, as LRA's ten-way classifier):
