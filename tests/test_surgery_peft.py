@@ -34,6 +34,8 @@ LORA_TARGETS = {
 RANK, ALPHA = 2, 4.0
 FAMILIES = sorted(LORA_TARGETS)
 
+pytestmark = pytest.mark.usefixtures("fast_compiles")
+
 
 def _config(family):
   module = tunix_models.import_model(family)
@@ -108,14 +110,22 @@ def _inputs():
   return tokens, positions, mask
 
 
-def _lora_spectral(family, folder, *, lora_seed=1):
-  """Base from `folder`, qwix LoRA (same init for the same seed), then `spectralize`."""
-  model = _load(family, folder)
-  provider = qwix.LoraProvider(module_path=LORA_TARGETS[family], rank=RANK, alpha=ALPHA)
-  model = qwix.apply_lora_to_model(model, provider, *_inputs()[:2], None, _inputs()[2],
-                                   rngs=nnx.Rngs(lora_seed))
-  assert surgery.spectralize(model) == LAYERS
-  return model
+_TEMPLATES = {}
+
+
+def _lora_spectral(family, folder):
+  """Base from `folder`, qwix LoRA, then `spectralize`: a fresh copy of one such model.
+
+  (qwix adds LoRA by running the model eagerly, seconds per model: done once per family.)
+  """
+  if (family, folder) not in _TEMPLATES:
+    model = _load(family, folder)
+    provider = qwix.LoraProvider(module_path=LORA_TARGETS[family], rank=RANK, alpha=ALPHA)
+    model = qwix.apply_lora_to_model(model, provider, *_inputs()[:2], None, _inputs()[2],
+                                     rngs=nnx.Rngs(1))
+    assert surgery.spectralize(model) == LAYERS
+    _TEMPLATES[family, folder] = model
+  return nnx.clone(_TEMPLATES[family, folder])
 
 
 @nnx.jit
