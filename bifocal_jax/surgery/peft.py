@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 from typing import Any
 
 import jax
 import numpy as np
 import optax
+from absl import logging
 from flax import nnx
 
 from bifocal_jax import optim
@@ -45,8 +45,6 @@ from bifocal_jax.surgery import tunix_models
 peft_trainer = tunix_models.import_tunix("tunix.sft.peft_trainer")
 checkpoint_manager = tunix_models.import_tunix("tunix.sft.checkpoint_manager")
 profiler = tunix_models.import_tunix("tunix.sft.profiler")
-
-log = logging.getLogger(__name__)
 
 SPECTRA_FILE = "spectra.json"
 FORMAT = "bifocal-jax spectra"
@@ -108,7 +106,7 @@ class CheckpointManager(checkpoint_manager.CheckpointManager):
       return 0, {}
     spectra = spectral_state(model)
     if spectra and not self._holds_spectra(step):
-      log.warning(
+      logging.warning(
           "checkpoint step %d holds no spectral frequencies (a LoRA-only save without them, such "
           "as tunix's own PeftTrainer writes): restoring its LoRA weights only; the spectra and "
           "the optimizer state start afresh", step)
@@ -269,7 +267,7 @@ def load_spectra(model: nnx.Module, path: str) -> int:
   if os.path.isdir(path):
     file = os.path.join(path, SPECTRA_FILE)
     if not os.path.exists(file):
-      log.warning(
+      logging.warning(
           "%s holds no %s (exported without its spectra, e.g. by tunix's merged export alone): "
           "the model keeps the spectrum it has", path, SPECTRA_FILE)
       return 0
