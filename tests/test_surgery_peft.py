@@ -282,14 +282,16 @@ def test_tunix_trainer_trains_the_spectra_beside_lora_and_keeps_them_through_sav
   root = str(tmp_path / "checkpoints")
 
   # The spectra's own schedule: frozen for the first 2 steps while LoRA moves, then trained.
-  trainer = peft.PeftTrainer(model, optax.adam(1e-2), _training_config(4, root),
-                             spectral_learning_rate=5e-2, spectral_freeze_steps=2)
+  adam = optax.inject_hyperparams(optax.adam)(learning_rate=1e-2)
+  trainer = peft.PeftTrainer(model, adam, _training_config(4, root), spectral_learning_rate=5e-2,
+                             spectral_freeze_steps=2)
   trainer.is_managed_externally = True  # two calls to train(), closed below
   trainer.train(_batches(2))
   assert all(np.all(v == 0) for v in _values(model, SpectralFrequency).values())
   assert any(np.any(v != lora[k]) for k, v in _values(model, nnx.LoRAParam).items())
   trainer.train(_batches(2))
   assert trainer.train_steps == 4
+  assert trainer.metrics_logger.get_metric("", "learning_rate", "train") == pytest.approx(1e-2)
   for value in _values(model, SpectralFrequency).values():
     assert np.all(np.abs(value) > 0)
   for key, value in _values(model, nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam),
@@ -306,8 +308,8 @@ def test_tunix_trainer_trains_the_spectra_beside_lora_and_keeps_them_through_sav
 
   # A new trainer on the same folder resumes at step 4 with the trained spectra.
   resumed = _lora_spectral(family, base_dirs[family])
-  trainer = peft.PeftTrainer(resumed, optax.adam(1e-2), _training_config(4, root),
-                             spectral_learning_rate=5e-2, spectral_freeze_steps=2)
+  trainer = peft.PeftTrainer(resumed, adam, _training_config(4, root), spectral_learning_rate=5e-2,
+                             spectral_freeze_steps=2)
   assert trainer.train_steps == 4
   np.testing.assert_array_equal(_logits(resumed, *inputs), trained)
   trainer.close()

@@ -200,9 +200,10 @@ class PeftTrainer(peft_trainer.PeftTrainer):
   def _try_get_learning_rate(self) -> float | None:
     """The LoRA group's injected learning rate (tunix's lookup misses it inside the groups)."""
     try:
-      return optax.tree_utils.tree_get(self.optimizer.opt_state, "learning_rate")
-    except (KeyError, ValueError):
+      rate = optax.tree_utils.tree_get(self.optimizer.opt_state, "learning_rate")
+    except (KeyError, ValueError):  # several, or none found
       return None
+    return rate[...] if isinstance(rate, nnx.Variable) else rate
 
 
 # ----------------------------------------------------------------------------
@@ -292,8 +293,9 @@ def load_spectra(model: nnx.Module, path: str) -> int:
   previous = {k: v[...] for k, v in spectra.items()}
   for key, variable in spectra.items():
     variable[...] = values[key]
+  now = _frequencies(model)
   for key, frequencies in document.get("frequencies", {}).items():
-    ours = _frequencies(model).get(key)
+    ours = now.get(key)
     if ours is None or not np.allclose(ours, np.asarray(frequencies), rtol=1e-6, atol=0):
       for k, v in spectra.items():
         v[...] = previous[k]
