@@ -1,6 +1,6 @@
 """tunix's own fine-tuning path with the spectra: its PeftTrainer, checkpoints, merged export.
 
-Tiny Gemma 3 and Llama 3 are loaded the way tunix loads real ones, from a
+Tiny Gemma 3, Llama 3 and Qwen 3 are loaded the way tunix loads real ones, from a
 Hugging Face-layout `model.safetensors` (random weights, written here), with
 qwix LoRA on their projections, then converted by `spectralize`. Skipped where
 tunix's trainer code or qwix is not installed (requirements-hosts.txt).
@@ -31,8 +31,10 @@ LORA_TARGETS = {
     "gemma3": ".*q_einsum|.*kv_einsum|.*attn_vec_einsum|.*gate_proj|.*up_proj|.*down_proj",
     "llama3": ".*q_proj|.*k_proj|.*v_proj|.*o_proj|.*gate_proj|.*up_proj|.*down_proj",
 }
+LORA_TARGETS["qwen3"] = LORA_TARGETS["llama3"]
 RANK, ALPHA = 2, 4.0
 FAMILIES = sorted(LORA_TARGETS)
+TRAINED = ("gemma3", "llama3")  # end to end through tunix's trainer (slow)
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")
 
@@ -44,9 +46,11 @@ def _config(family):
         num_layers=LAYERS, num_embed=VOCAB, embed_dim=E, hidden_dim=F, num_heads=H, head_dim=D,
         num_kv_heads=K, sliding_window_size=4, local_base_frequency=10_000,
         global_base_frequency=1_000_000, global_scale_factor=8.0, param_dtype=jnp.float32)
-  return module.ModelConfig(num_layers=LAYERS, vocab_size=VOCAB, embed_dim=E, hidden_dim=F,
-                            num_heads=H, head_dim=D, num_kv_heads=K, rope_theta=500_000,
-                            norm_eps=1e-6, weight_tying=True)
+  sizes = dict(num_layers=LAYERS, vocab_size=VOCAB, embed_dim=E, hidden_dim=F, num_heads=H,
+               head_dim=D, num_kv_heads=K, rope_theta=500_000, norm_eps=1e-6)
+  if family == "qwen3":
+    return module.ModelConfig(**sizes, use_tied_embedding=True)
+  return module.ModelConfig(**sizes, weight_tying=True)
 
 
 def _hf_shapes(family):
@@ -62,7 +66,7 @@ def _hf_shapes(family):
                p + "mlp.gate_proj.weight": (F, E), p + "mlp.up_proj.weight": (F, E),
                p + "mlp.down_proj.weight": (E, F)}
     shapes |= {p + n + ".weight": (E,) for n in norms}
-    if family == "gemma3":
+    if family in ("gemma3", "qwen3"):
       shapes |= {p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,)}
   return shapes
 
@@ -88,7 +92,8 @@ def _load(family, folder):
   """tunix's own safetensors loader (Gemma 3 with a two-layer attention pattern)."""
   module = tunix_models.import_model(family)
   params = tunix_models.import_tunix(
-      "tunix.models.gemma3.params_safetensors" if family == "gemma3" else "tunix.models.llama3.params")
+      "tunix.models.gemma3.params_safetensors" if family == "gemma3" else
+      f"tunix.models.{family}.params")
   pattern = getattr(module, "GEMMA3_ATTENTION_PATTERN", None)
   if family == "gemma3":
     module.GEMMA3_ATTENTION_PATTERN = (module.AttentionType.LOCAL_SLIDING,
@@ -272,7 +277,7 @@ def test_trainer_refuses_a_model_without_spectra(base_dirs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TRAINED)
 def test_tunix_trainer_trains_the_spectra_beside_lora_and_keeps_them_through_save_and_export(
     family, base_dirs, tmp_path):
   """tunix's own trainer loop; LoRA-only checkpoints (tunix's choice with LoRA); merged export."""
