@@ -6,6 +6,7 @@ qwix LoRA on their projections, then converted by `spectralize`. Skipped where
 tunix's trainer code or qwix is not installed (requirements-hosts.txt).
 """
 
+import functools
 import logging
 
 import jax
@@ -226,6 +227,27 @@ def test_load_spectra_refuses_a_model_it_does_not_fit(base_dirs, tmp_path):
   with pytest.raises(ValueError, match="the frequencies at layers/0/attn/rope differ"):
     peft.load_spectra(other, path)
   assert all(np.all(v == 0) for v in _values(other, SpectralFrequency).values())
+
+
+def _attention(seed=0):
+  """`nnx.MultiHeadAttention` with RoPE as the Flax documentation builds it, spectralized."""
+  rope = nnx.RoPE(embedding_size=8, max_seq_len=64)
+  model = nnx.MultiHeadAttention(
+      num_heads=2, in_features=16, decode=False, rngs=nnx.Rngs(seed),
+      attention_fn=functools.partial(nnx.dot_product_attention_with_rope, rope=rope))
+  surgery.spectralize(model, per_head=True)
+  return model
+
+
+def test_spectra_file_round_trips_a_spectralized_flax_model(tmp_path):
+  model = _attention()
+  _perturb(model, SpectralFrequency, 0.1)  # log omega, moved
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 12, 16)), jnp.float32)
+  path = peft.save_spectra(model, str(tmp_path / "spectra.json"))
+  fresh = _attention()
+  assert float(jnp.max(jnp.abs(fresh(x) - model(x)))) > 1e-3
+  assert peft.load_spectra(fresh, path) == 1
+  np.testing.assert_array_equal(fresh(x), model(x))
 
 
 # ----------------------------------------------------------------------------
