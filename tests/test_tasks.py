@@ -18,7 +18,6 @@ import chomsky_reference
 from bifocal_jax import tasks
 from bifocal_jax.tasks import base, dyck, external
 
-EXTERNAL = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "external", "dyck-yao2021")
 # The published files' declared ranges (README): lengths and max depths.
 PUBLISHED = {
     "k8_m5.dev": ((3, 179), (1, 5)),
@@ -455,12 +454,12 @@ def test_examples_depend_only_on_seed_split_and_index(name):
 
 
 @pytest.fixture(scope="module")
-def published_heads(tmp_path_factory):
+def published_heads(tmp_path_factory, published_dir):
   """The first 200 lines of each published file."""
   folder = tmp_path_factory.mktemp("dyck")
   heads = {}
   for name in PUBLISHED:
-    with open(os.path.join(EXTERNAL, name)) as f:
+    with open(os.path.join(published_dir, name)) as f:
       lines = [next(f) for _ in range(200 if name != "k8_m20.test" else 40)]
     heads[name] = folder / name
     heads[name].write_text("".join(lines))
