@@ -125,6 +125,8 @@ class TaskSpec:
   `overrides`: `((config key, value), ...)` for every run of the task.
   `max_steps`, `interval`: the calibration's longest run and evaluation interval.
   `eval_args`: extra `eval.py` flags (e.g. `--num_examples=2000`).
+  `name` identifies the task in budgets, workdirs and summaries; its config
+  is `configs/<config_name or name>.py`.
   `che`: `(stride, examples per length)` of the CHE protocol (Chomsky tasks),
   whose results are the split `che`; None for tasks without it (Dyck).
   `published`: `((file name in PUBLISHED_DIR, max lines or None), ...)`: Dyck
@@ -139,15 +141,37 @@ class TaskSpec:
   published: tuple[tuple[str, int | None], ...] = ()
   variant: str = ""
   che: tuple[int, int] | None = None
+  # Training time as an axis: a scratch run is also evaluated at these
+  # multiples of `just_fit` (the task's budget in the just-fitted `cpu` sweep)
+  # that fall before its own budget, on `checkpoint_examples` examples per
+  # split and `checkpoint_published` subsets (evenly spaced lines: every
+  # length and depth of the file, fewer strings), into its summary's `at_steps`.
+  at_multiples: tuple[float, ...] = ()
+  just_fit: int | None = None
+  checkpoint_examples: int | None = None
+  checkpoint_published: tuple[tuple[str, int | None], ...] = ()
+  # The config file's name when it is not `name` (a second model size of a
+  # task is another TaskSpec, named apart: its budgets, workdirs, summaries).
+  config_name: str = ""
+  kinds: tuple[str, ...] = ()  # the position kinds run on it (default: the preset's)
 
   @property
   def config(self) -> str:
-    path = os.path.join("configs", f"{self.name}.py")
+    path = os.path.join("configs", f"{self.config_name or self.name}.py")
     return f"{path}:{self.variant}" if self.variant else path
 
   @property
   def split_names(self) -> tuple[str, ...]:
     return self.splits + tuple(f for f, _ in self.published) + (("che",) if self.che else ())
+
+  def checkpoint_steps(self, budget: int) -> tuple[int, ...]:
+    """The earlier checkpoints a scratch run of `budget` steps is evaluated at."""
+    if not self.at_multiples:
+      return ()
+    if not self.just_fit:
+      raise ValueError(f"task {self.name!r}: at_multiples needs just_fit")
+    return tuple(sorted({s for s in (int(round(m * self.just_fit)) for m in self.at_multiples)
+                         if 0 < s < budget}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,17 +240,38 @@ class Run:
   def eval_command(self, out: str) -> list[str]:
     return eval_command(self.task, self.kind, self.workdir(out), out)
 
+  def checkpoint_steps(self, budget: int) -> tuple[int, ...]:
+    """Earlier checkpoints evaluated into `at_steps` (scratch-like runs only:
+    a surgery or continue run is evaluated at its end)."""
+    return () if self.source() is not None else self.task.checkpoint_steps(self.steps(budget))
 
-def eval_command(task: TaskSpec, kind: str, workdir: str, out: str) -> list[str]:
-  """`eval.py` on the task's splits, published files and CHE protocol."""
+  def checkpoint_eval_command(self, out: str, step: int) -> list[str]:
+    return eval_command(self.task, self.kind, self.workdir(out), out, step=step)
+
+
+def checkpoint_results_path(workdir: str, step: int) -> str:
+  return os.path.join(workdir, "eval", f"results_step{step}.json")
+
+
+def eval_command(task: TaskSpec, kind: str, workdir: str, out: str,
+                 step: int | None = None) -> list[str]:
+  """`eval.py` on the task's splits, published files and CHE protocol; with
+  `step`, that checkpoint on the task's checkpoint subsets, into
+  `checkpoint_results_path` (no spectral analysis: that is the final one's)."""
   command = [sys.executable, os.path.join(REPO, "eval.py"), f"--workdir={workdir}",
              f"--splits={','.join(task.splits)}", *task.eval_args]
-  for file_name, max_lines in task.published:
+  published = task.published
+  if step is not None:
+    command += [f"--step={step}", f"--out={checkpoint_results_path(workdir, step)}"]
+    if task.checkpoint_examples:
+      command.append(f"--num_examples={task.checkpoint_examples}")
+    published = task.checkpoint_published or task.published
+  for file_name, max_lines in published:
     command.append(f"--dyck_file={published_file(out, file_name, max_lines)}")
   if task.che:
     stride, per_length = task.che
     command += ["--che", f"--che_stride={stride}", f"--che_per_length={per_length}"]
-  if kind in SPECTRAL_KINDS:
+  if kind in SPECTRAL_KINDS and step is None:
     command.append("--spectrum")
   return command
 
@@ -294,6 +339,10 @@ class Preset:
   # ((task, seeds, kinds), ...): more seeds of those kinds from scratch.
   seed_extensions: tuple[tuple[str, tuple[int, ...], tuple[str, ...]], ...] = ()
   learned: float = LEARNED               # valid accuracy that calibrates a budget
+  converged: float | None = None         # set: budgets by `convergence_budget` with this gain
+  # Pending runs in the preset's order (its tasks are listed verdict-critical
+  # first) rather than the group with the fewest steps left first.
+  in_order: bool = False
   calibrated: bool = True                # False: each task's budget is its max_steps
   learning_rates: tuple[float, ...] = ()  # set: populations (PopulationRun) of seeds x these
   data_workers: int = 0                  # populations: batch-making processes
@@ -322,7 +371,7 @@ class Preset:
     out = []
     for task in self.tasks:
       for seed in self.seeds:
-        out += [Run(task, kind, seed) for kind in self.kinds]
+        out += [Run(task, kind, seed) for kind in task.kinds or self.kinds]
       if task.name in self.protocol_tasks:
         out += [Run(task, kind, seed, arm=arm) for seed in self.seeds
                 for arm, kind in (("surgery", "bifocal_heads"), ("continue", "rope"))]
@@ -410,12 +459,35 @@ def _accelerator_model(**extra) -> tuple[tuple[str, object], ...]:
 _ACCELERATOR_RATES = (1e-3, 3e-4)
 _ACCELERATOR_STEPS = 6000
 
+# The converged sweep's Dyck: the `cpu` preset's model trained up to 8x its
+# just-fit budget (`cpu/budgets.json`: 500 steps), to convergence by RoPE's
+# calibration; evaluated at 1x, 2x and 4x the just-fit budget on quarter-size
+# subsets, and at the end as the `cpu` preset evaluates.
+_DYCK_JUST_FIT = 500
+_DYCK_PUBLISHED = (("k8_m5.test", 400), ("k8_m10.test", 100), ("k8_m20.test", 25))
+_CONVERGED_DYCK = TaskSpec(
+    "dyck", _DYCK_SPLITS, overrides=_cpu_model(eval_every=1000, keep_checkpoints=20),
+    max_steps=8 * _DYCK_JUST_FIT, interval=250, published=_DYCK_PUBLISHED,
+    at_multiples=(1, 2, 4, 8), just_fit=_DYCK_JUST_FIT, checkpoint_examples=500,
+    checkpoint_published=tuple((f, n // 4) for f, n in _DYCK_PUBLISHED))
+# The Chomsky-hierarchy protocol's model (5 layers, width 64, 8 heads, batch
+# 128, its learning rate 1e-3) on the same Dyck task; `nope`, `rope`, `alibi`
+# and the spectral kinds (issue 30). Its just-fit budget is unmeasured: the
+# 2-layer model's stands in as the unit of the time axis.
+_CONVERGED_DYCK_5LAYER = dataclasses.replace(
+    _CONVERGED_DYCK, name="dyck_5layer", config_name="dyck",
+    overrides=_cpu_model(**{"model.num_layers": 5, "model.num_heads": 8, "batch_size": 128,
+                            "learning_rate": 1e-3, "eval_every": 1000, "keep_checkpoints": 20}),
+    kinds=("nope", "rope", "alibi", "spectral", "bifocal_heads", "bifocal_pairs"))
+
 PRESETS = {
     # The test: seconds per run.
     "smoke": Preset(
         tasks=(TaskSpec("dyck", _DYCK_SPLITS, variant="tiny", max_steps=20, interval=10,
-                        overrides=(("eval_examples", 32),),
-                        eval_args=("--num_examples=32",), published=(("k8_m10.test", 4),)),),
+                        overrides=(("eval_examples", 32), ("checkpoint_every", 5)),
+                        eval_args=("--num_examples=32",), published=(("k8_m10.test", 4),),
+                        at_multiples=(0.5, 1), just_fit=10, checkpoint_examples=16,
+                        checkpoint_published=(("k8_m10.test", 2),)),),
         kinds=("rope", "bifocal_heads"), seeds=(0,), protocol_tasks=("dyck",),
         sensitivity=(("bifocal_heads", "slr1e-1", (("spectral.learning_rate", 1e-1),)),),
         learned=0.0),
@@ -435,6 +507,16 @@ PRESETS = {
         kinds=tuple(KINDS), seeds=(0, 1, 2, 3, 4),
         protocol_tasks=("dyck", "modular_arithmetic_brackets_depth"), sensitivity=_SENSITIVITY,
         budget_checks=_BUDGET_CHECKS, seed_extensions=_SEED_EXTENSIONS),
+    # Trained models: the cpu preset's kinds at a convergence budget
+    # (`convergence_budget`: RoPE's valid accuracy gains < 0.002 over the last
+    # quarter, or 8x the just-fit budget), each run's curve under `at_steps`.
+    # Groups in the order of issue 30's compute plan (RESULTS.md): Dyck, then
+    # the 5-layer model on Dyck (the Chomsky-hierarchy protocol's), then the
+    # paper's protocol; each task's scratch runs seed-major.
+    "converged": Preset(
+        tasks=(_CONVERGED_DYCK, _CONVERGED_DYCK_5LAYER),
+        kinds=tuple(KINDS), seeds=(0, 1, 2, 3, 4), protocol_tasks=("dyck",), converged=0.002,
+        in_order=True),
     # One H200: the cpu preset's tasks at the protocol's model size, each
     # (task, kind) one population of 8 seeds x 2 learning rates; fixed budgets.
     "accelerator": Preset(
@@ -541,6 +623,11 @@ def _split_summary(r: dict) -> dict:
   return out
 
 
+def _checkpoint_split_summary(r: dict) -> dict:
+  """A split at one checkpoint: `_split_summary` without the per-length curve."""
+  return {k: v for k, v in _split_summary(r).items() if k != "by_length"}
+
+
 def summary_of(run: Run, out: str, budget: int, seconds: float) -> dict | None:
   """The committed record of a finished run; None unless its evaluation is
   complete (the final step, every split the task asks for)."""
@@ -550,6 +637,17 @@ def summary_of(run: Run, out: str, budget: int, seconds: float) -> dict | None:
   if (results is None or results.get("step") != config.get("steps")
       or not all(name in results.get("splits", {}) for name in run.task.split_names)):
     return None
+  at_steps = {}
+  for step in run.checkpoint_steps(budget):
+    earlier = _read_json(checkpoint_results_path(workdir, step)) or {}
+    if (earlier.get("step") != step
+        or not all(name in earlier.get("splits", {}) for name in run.task.split_names)):
+      return None
+    at_steps[str(step)] = {name: _checkpoint_split_summary(earlier["splits"][name])
+                           for name in run.task.split_names}
+  if at_steps:  # the curve ends at the final evaluation
+    at_steps[str(config["steps"])] = {
+        name: _checkpoint_split_summary(results["splits"][name]) for name in run.task.split_names}
   losses = [r["loss"] for r in read_metrics(workdir) if "loss" in r]
   spectrum = results.get("spectrum") or {}
   summary = dict(
@@ -560,7 +658,9 @@ def summary_of(run: Run, out: str, budget: int, seconds: float) -> dict | None:
       source=run.source().name if run.source() else None,
       final_train_loss=losses[-1] if losses else None,
       splits={name: _split_summary(results["splits"][name]) for name in run.task.split_names},
-      seconds=round(seconds, 1), date=datetime.datetime.now(datetime.timezone.utc).strftime(
+      **({"at_steps": at_steps} if at_steps else {}),
+      seconds=round(seconds, 1), eval_seconds=round(logged_seconds(workdir, ("eval",)), 1),
+      date=datetime.datetime.now(datetime.timezone.utc).strftime(
           "%Y-%m-%d %H:%M UTC"), machine=f"{platform.node()} ({os.cpu_count()} cores)",
       commit=_git_commit())
   if spectrum.get("heads"):
@@ -586,16 +686,44 @@ def load_budgets(results_dir: str) -> dict:
   return _read_json(os.path.join(results_dir, BUDGETS_FILE)) or {}
 
 
-def calibration_record(task: TaskSpec, workdir: str, learned: float = LEARNED) -> dict | None:
-  """`{max_steps, interval, curve, budget}` of a finished calibration run
-  (`budget` None: valid accuracy never reached `learned` within `max_steps`)."""
+def calibration_record(task: TaskSpec, workdir: str, learned: float = LEARNED,
+                       converged: float | None = None) -> dict | None:
+  """`{max_steps, interval, curve, budget}` of a finished calibration run.
+
+  Just fitted (`converged` None): `budget` is the first evaluated step whose
+  valid token accuracy reaches `learned` (None: never, within `max_steps`).
+  Converged (`converged`, a gain): `convergence_budget` below; the record
+  also names the criterion and the task's just-fit budget.
+  """
   if not trained(workdir):
     return None
   curve = [[r["step"], r["valid_token_accuracy"]] for r in read_metrics(workdir)
            if "valid_token_accuracy" in r]
+  if converged is not None:
+    return dict(max_steps=task.max_steps, interval=task.interval, curve=curve,
+                budget=convergence_budget(curve, task.max_steps, converged,
+                                          min_steps=2 * (task.just_fit or 0)),
+                just_fit=task.just_fit, criterion=f"valid accuracy gains < {converged:g} over "
+                f"the last quarter of the steps, or {task.max_steps} steps")
   reached = [step for step, accuracy in curve if accuracy >= learned]
   return dict(max_steps=task.max_steps, interval=task.interval, curve=curve,
               budget=reached[0] if reached else None)
+
+
+def convergence_budget(curve: Sequence[Sequence[float]], max_steps: int, gain: float, *,
+                       min_steps: int = 0) -> int:
+  """The first evaluated step `s >= min_steps` at which valid accuracy has
+  gained less than `gain` since the last evaluation at or before `0.75 s`
+  (the last quarter of the steps), or `max_steps` if none has. `min_steps`
+  (twice the just-fit budget) keeps an early plateau from passing for
+  convergence."""
+  for step, accuracy in curve:
+    if step < min_steps:
+      continue
+    before = [a for s, a in curve if 0 < s <= 0.75 * step]
+    if before and accuracy - before[-1] < gain:
+      return int(step)
+  return int(max_steps)
 
 
 # ----------------------------------------------------------------------------
@@ -646,11 +774,11 @@ def _execute(command: list[str], log_path: str, stop: _Stop) -> tuple[int, str]:
   return status, "".join(tail)
 
 
-def logged_seconds(workdir: str) -> float:
+def logged_seconds(workdir: str, stages: Sequence[str] = ("train", "eval")) -> float:
   """The time of every command the sweeps ran in `workdir` (`TOOK` lines of
   its train and eval logs): a run stopped and resumed counts every segment."""
   total = 0.0
-  for stage in ("train", "eval"):
+  for stage in stages:
     with contextlib.suppress(FileNotFoundError), open(os.path.join(workdir, f"{stage}.log")) as f:
       total += sum(float(line[len(TOOK):].split()[0]) for line in f if line.startswith(TOOK))
   return total
@@ -665,6 +793,10 @@ def _stages(run: Run, out: str, budget: int, *, evaluate: bool) -> list[tuple[st
   if not trained(run.workdir(out)):
     stages.append(("train", run, run.train_command(out, budget)))
   if evaluate:
+    for step in run.checkpoint_steps(budget):
+      results = _read_json(checkpoint_results_path(run.workdir(out), step)) or {}
+      if results.get("step") != step:  # not yet evaluated (or cut off)
+        stages.append(("eval", run, run.checkpoint_eval_command(out, step)))
     stages.append(("eval", run, run.eval_command(out)))
   return stages
 
@@ -763,6 +895,8 @@ class Sweep:
     another; within a group, the preset's order (seed-major)."""
     budgets = {task.name: self.budget(task) for task in self.preset.tasks}
     runs = [r for r in self.preset.runs() if not self.done(r) and budgets[r.task.name]]
+    if self.preset.in_order:  # every task's scratch runs, then the protocol's
+      return sorted(runs, key=lambda r: r.source() is not None)
     group = lambda r: (r.task.name, r.arm if r.arm == "sensitivity" else "")
     steps_left = collections.Counter()
     for r in runs:
@@ -785,7 +919,8 @@ class Sweep:
                    ("checkpoint_every", run.task.interval))
       run = dataclasses.replace(run, setting=overrides)
       status = execute(run, self.out, run.task.max_steps, stop, self.log, evaluate=False)
-      record = calibration_record(run.task, run.workdir(self.out), self.preset.learned)
+      record = calibration_record(run.task, run.workdir(self.out), self.preset.learned,
+                                  self.preset.converged)
       if status == "done" and record is not None:
         with _BUDGETS_LOCK:
           budgets = load_budgets(self.results_dir)
@@ -948,7 +1083,7 @@ def main(argv):
   link_base = os.path.dirname(os.path.abspath(_RESULTS_MD.value)) if _RESULTS_MD.value else None
   markdown = extrapolation_report.report(preset, results_dir, link_base=link_base)
   if _RESULTS_MD.value:
-    extrapolation_report.replace_block(_RESULTS_MD.value, markdown)
+    extrapolation_report.replace_block(_RESULTS_MD.value, markdown, _PRESET.value)
   print(markdown)
   return 0
 

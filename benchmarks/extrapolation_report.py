@@ -217,6 +217,9 @@ def task_section(task: str, groups: dict, plots_dir: str, link_base: str, *,
     table = replication(groups, splits, seeds, kinds, learned=learned)
     if table:
       parts += ["", table]
+  curve_parts = training_time_section(task, groups, plots_dir, link_base)
+  if curve_parts:
+    parts += ["", curve_parts]
   spectra = spectrum_table(groups)
   if spectra:
     parts += ["", "Learned spectra (mean over seeds of each run's mean over its spectral heads):",
@@ -225,6 +228,84 @@ def task_section(task: str, groups: dict, plots_dir: str, link_base: str, *,
   if png:
     parts += ["", f"![{task}]({os.path.relpath(png, link_base)})"]
   return "\n".join(parts)
+
+
+def _at_steps(runs: dict) -> list[int]:
+  """The steps every run of a cell was evaluated at (`at_steps`), ascending."""
+  steps = [set(map(int, s.get("at_steps", {}))) for s in runs.values()]
+  return sorted(set.intersection(*steps)) if steps else []
+
+
+def _step_interval(runs: dict, step: int, split: str, metric: str):
+  values = [v for s in runs.values()
+            if (v := s["at_steps"][str(step)].get(split, {}).get(metric)) is not None]
+  return stats.seed_interval(values) if values else None
+
+
+def training_time_section(task: str, groups: dict, plots_dir: str, link_base: str) -> str:
+  """Held-out accuracy against training steps (`at_steps`) per scratch kind:
+  a table per metric (mean over seeds [95% t-interval] at each evaluated
+  step) and a plot of each out-of-distribution split against steps."""
+  scratch = {g: runs for (arm, g), runs in groups.items()
+             if arm == "scratch" and runs and _at_steps(runs)}
+  if not scratch:
+    return ""
+  any_run = next(iter(next(iter(scratch.values())).values()))
+  splits = list(any_run["at_steps"][str(_at_steps(next(iter(scratch.values())))[-1])])
+  close = any("close_accuracy" in r for r in any_run["splits"].values())
+  metric, name = ("close_accuracy", "closing-bracket accuracy") if close else (
+      "accuracy", "token accuracy")
+  parts = [f"Training time as an axis ({name}, mean over seeds [95% t-interval]) at each "
+           "evaluated checkpoint of the same runs; the earlier checkpoints on the subsets the "
+           "summaries name (`examples`), the last on the full evaluation sets:"]
+  header = ["position", "step", *splits]
+  rows = [header, ["---"] * len(header)]
+  for group, runs in scratch.items():
+    for step in _at_steps(runs):
+      rows.append([group, str(step)] + [_fmt_interval(_step_interval(runs, step, split, metric))
+                                        for split in splits])
+  parts += ["", _markdown(rows)]
+  png = plot_training_time(task, scratch, splits, metric,
+                           os.path.join(plots_dir, f"training_time_{task}.png"))
+  parts += ["", f"![{task}: accuracy against training steps]({os.path.relpath(png, link_base)})"]
+  return "\n".join(parts)
+
+
+def plot_training_time(task: str, groups: dict, splits: list[str], metric: str,
+                       path: str) -> str:
+  """One panel per split (in distribution first): `metric` against steps,
+  one line per kind with its 95% seed-interval band."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, axes = plt.subplots(1, len(splits), figsize=(3.2 * len(splits), 3.2), squeeze=False,
+                           sharey=True)
+  for group, runs in groups.items():
+    steps = _at_steps(runs)
+    for ax, split in zip(axes[0], splits):
+      points = [(step, out) for step in steps
+                if (out := _step_interval(runs, step, split, metric)) is not None]
+      if not points:
+        continue
+      xs = [p[0] for p in points]
+      line, = ax.plot(xs, [p[1]["mean"] for p in points], marker="o", ms=3,
+                      label=f"{group} ({len(runs)})")
+      if all(p[1]["ci95"] is not None for p in points):
+        ax.fill_between(xs, [p[1]["ci95"][0] for p in points], [p[1]["ci95"][1] for p in points],
+                        color=line.get_color(), alpha=0.15, lw=0)
+  for ax, split in zip(axes[0], splits):
+    ax.set_title(split, fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("training steps")
+    ax.grid(alpha=0.3)
+  axes[0, 0].set_ylabel(metric.replace("_", " "))
+  axes[0, 0].legend(fontsize=6)
+  fig.suptitle(f"{task}: held-out accuracy against training steps (mean over seeds, 95% band)",
+               fontsize=9)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, dpi=90, bbox_inches="tight")
+  plt.close(fig)
+  return path
 
 
 def _curve(runs: dict, field: str, edges=None):
@@ -314,6 +395,17 @@ def budgets_section(preset, budgets: dict) -> str:
     rows.append([task.name, str(b["budget"]) if b["budget"] else "**not learned**",
                  f"{at_budget:.3f}" if at_budget is not None else
                  (f"best {best:.3f}" if best is not None else "-"), str(b["max_steps"])])
+  if getattr(preset, "converged", None) is not None:
+    rows[0][1] = "convergence budget (steps)"
+    rows[0].append("just-fit budget")
+    rows[1].append("---")
+    for row, task in zip(rows[2:], preset.tasks):
+      row.append(str((budgets.get(task.name) or {}).get("just_fit", task.just_fit)))
+    return ("Step budgets: `rope` (seed 0) trained to the cap (8x the just-fit budget of the "
+            "`cpu` sweep), valid token accuracy every 250 steps; the convergence budget is the "
+            f"first evaluated step (at least twice the just-fit budget) whose valid accuracy "
+            f"gained less than {preset.converged:g} over the last quarter of its steps, or the "
+            "cap (`--calibrate`; `extrapolation.convergence_budget`):\n\n" + _markdown(rows))
   return ("Step budgets: the first evaluated step at which `rope` (seed 0) reaches valid "
           "token accuracy 0.9 (`--calibrate`); tasks not learned are left out:\n\n"
           + _markdown(rows))
@@ -348,16 +440,26 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
   return "\n\n".join(parts) + "\n"
 
 
-def replace_block(path: str, block: str) -> None:
-  """Replaces the generated block of `path` (appends one when the markers are absent)."""
+def block_marks(name: str | None = None) -> tuple[str, str]:
+  """The markers around a preset's generated block (None: the `cpu` preset's)."""
+  if name is None or name == "cpu":
+    return BEGIN_MARK, END_MARK
+  return (BEGIN_MARK.replace("summary", f"summary of preset {name}"),
+          END_MARK.replace("summary", f"summary of preset {name}"))
+
+
+def replace_block(path: str, block: str, name: str | None = None) -> None:
+  """Replaces the generated block of `path` of preset `name` (appends one when
+  its markers are absent)."""
+  begin, end = block_marks(name)
   text = ""
   if os.path.exists(path):
     with open(path) as f:
       text = f.read()
-  generated = f"{BEGIN_MARK}\n{block.rstrip()}\n{END_MARK}"
-  if BEGIN_MARK in text and END_MARK in text:
-    head, rest = text.split(BEGIN_MARK, 1)
-    text = head + generated + rest.split(END_MARK, 1)[1]
+  generated = f"{begin}\n{block.rstrip()}\n{end}"
+  if begin in text and end in text:
+    head, rest = text.split(begin, 1)
+    text = head + generated + rest.split(end, 1)[1]
   else:
     text = (text.rstrip() + "\n\n" if text else "") + generated + "\n"
   with open(path, "w") as f:

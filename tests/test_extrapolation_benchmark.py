@@ -5,6 +5,7 @@ training); the end-to-end tests run the `smoke` preset once: calibration, the
 sweep, then the report rebuilt from the summaries alone.
 """
 
+import dataclasses
 import fcntl
 import importlib.util
 import json
@@ -141,6 +142,85 @@ def test_calibration_budget_is_the_first_evaluated_step_that_learned(tmp_path):
   assert ex.calibration_record(TASK, workdir) is None  # not finished
 
 
+def test_an_in_order_preset_keeps_its_task_order_and_runs_the_protocol_last(tmp_path):
+  first = ex.TaskSpec("dyck", variant="tiny")
+  second = dataclasses.replace(first, name="dyck_big", config_name="dyck", kinds=("rope",))
+  preset = ex.Preset(tasks=(first, second), kinds=("rope", "alibi"), seeds=(0,),
+                     protocol_tasks=("dyck",), in_order=True)
+  results = str(tmp_path / "results")
+  os.makedirs(results)
+  with open(os.path.join(results, ex.BUDGETS_FILE), "w") as f:
+    json.dump({"dyck": {"budget": 400}, "dyck_big": {"budget": 4000}}, f)
+  sweep = ex.Sweep(preset, str(tmp_path / "out"), results, log=lambda m: None)
+  assert [r.name for r in sweep.pending()] == [
+      "dyck/scratch/rope/seed0", "dyck/scratch/alibi/seed0", "dyck_big/scratch/rope/seed0",
+      "dyck/surgery/bifocal_heads/seed0", "dyck/continue/rope/seed0"]
+  assert "--config=configs/dyck.py:tiny" in sweep.pending()[2].train_command("/o", 4000)
+  assert "--workdir=/o/dyck_big/scratch/rope/seed0" in sweep.pending()[2].train_command("/o", 10)
+
+
+def test_convergence_budget_is_the_first_step_whose_last_quarter_gained_little():
+  curve = [(250, 0.80), (500, 0.90), (750, 0.95), (1000, 0.96), (1500, 0.97), (2000, 0.975),
+           (3000, 0.9765)]
+  # 1000 gained 0.01 over 750 (the last evaluation <= 0.75 * 1000), 1500 0.01 over
+  # 1000, 2000 0.005 over 1500, 3000 only 0.0015 over 2000.
+  assert ex.convergence_budget(curve, 4000, 0.002) == 3000
+  assert ex.convergence_budget(curve, 4000, 0.01) == 2000
+  assert ex.convergence_budget(curve, 4000, 0.0001) == 4000  # never: the cap
+  assert ex.convergence_budget([(250, 0.5), (500, 0.5), (1000, 0.6)], 4000, 0.002) == 500
+  assert ex.convergence_budget([(250, 0.5), (500, 0.5), (1000, 0.6)], 4000, 0.002,
+                               min_steps=1000) == 4000  # an early plateau is not convergence
+
+
+def test_converged_calibration_records_its_criterion_and_the_just_fit_budget(tmp_path):
+  task = ex.TaskSpec("odds_first", variant="tiny", max_steps=3000, just_fit=250)
+  run = ex.Preset(tasks=(task,), kinds=("rope",), seeds=(0,)).calibration_runs()[0]
+  workdir = fake_workdir(run, str(tmp_path), steps=3000,
+                         curve=[(250, 0.8), (500, 0.9), (750, 0.95), (1000, 0.9505)])
+  record = ex.calibration_record(task, workdir, converged=0.002)
+  assert record["budget"] == 1000 and record["just_fit"] == 250
+  assert "0.002" in record["criterion"] and "3000 steps" in record["criterion"]
+
+
+def test_checkpoint_steps_are_the_multiples_of_the_just_fit_budget_before_the_end():
+  task = ex.TaskSpec("dyck", variant="tiny", at_multiples=(1, 2, 4, 8), just_fit=500)
+  assert task.checkpoint_steps(4000) == (500, 1000, 2000)
+  assert task.checkpoint_steps(1500) == (500, 1000)
+  assert ex.TaskSpec("dyck").checkpoint_steps(4000) == ()
+  preset = ex.Preset(tasks=(task,), kinds=("rope", "bifocal_heads"), seeds=(0,),
+                     protocol_tasks=("dyck",))
+  scratch, _, surgery, _ = preset.runs()
+  assert scratch.checkpoint_steps(4000) == (500, 1000, 2000)
+  assert surgery.checkpoint_steps(4000) == ()  # evaluated at its end only
+  command = scratch.checkpoint_eval_command("/o", 1000)
+  assert "--step=1000" in command and "--spectrum" not in command
+  assert "--out=/o/dyck/scratch/rope/seed0/eval/results_step1000.json" in command
+  with pytest.raises(ValueError, match="just_fit"):
+    ex.TaskSpec("dyck", at_multiples=(1,)).checkpoint_steps(100)
+
+
+def test_summary_carries_the_curve_at_steps_and_waits_for_every_checkpoint(tmp_path):
+  out = str(tmp_path)
+  task = ex.TaskSpec("odds_first", variant="tiny", at_multiples=(0.5, 1), just_fit=10)
+  run = ex.Run(task, "rope", 0)
+  workdir = fake_workdir(run, out, steps=20, accuracy=0.9)
+  assert run.checkpoint_steps(20) == (5, 10)
+  assert ex.summary_of(run, out, 20, 1.0) is None  # no checkpoint evaluated yet
+  assert [c for stage, _, c in ex._stages(run, out, 20, evaluate=True)
+          if stage == "eval" and any(a.startswith("--step=") for a in c)] != []
+  for step, accuracy in ((5, 0.6), (10, 0.8)):
+    with open(ex.checkpoint_results_path(workdir, step), "w") as f:
+      split = dict(token_accuracy=accuracy, sequence_accuracy=0.1, examples=16, by_length={},
+                   by_depth={}, ci95=dict(token_accuracy=[accuracy - 0.05, accuracy + 0.05]))
+      json.dump(dict(step=step, splits={n: split for n in task.split_names}), f)
+  assert len(ex._stages(run, out, 20, evaluate=True)) == 1  # only the final evaluation left
+  s = ex.summary_of(run, out, 20, 1.0)
+  assert list(s["at_steps"]) == ["5", "10", "20"]
+  assert s["at_steps"]["5"]["test_length"]["accuracy"] == 0.6
+  assert s["at_steps"]["20"]["test_length"]["accuracy"] == 0.9
+  assert "by_length" not in s["at_steps"]["10"]["valid"]
+
+
 def test_summary_needs_the_final_step_and_every_split(tmp_path):
   out = str(tmp_path)
   run = PRESET.runs()[1]
@@ -265,6 +345,40 @@ def test_report_intervals_paired_verdicts_and_plots(tmp_path):
   assert protocol[1] == "3" and protocol[4] == "+0.000 [+0.000, +0.000]"
   assert "Learned spectra" in markdown and "bifocal_heads (scratch)" in markdown
   assert os.path.getsize(os.path.join(results, "plots", "extrapolation_odds_first.png")) > 5000
+
+
+def test_report_training_time_table_plot_and_convergence_budgets(tmp_path):
+  results = str(tmp_path)
+  summaries = []
+  for kind, late in (("rope", 0.7), ("alibi", 0.9)):
+    for seed in range(3):
+      s = _summary(kind, seed, valid=0.95, test_length=late)
+      s["at_steps"] = {str(step): {name: dict(accuracy=a, ci95=[a - 0.01, a + 0.01], examples=16)
+                                   for name, a in (("valid", 0.9), ("test_length", acc))}
+                       for step, acc in ((100, 0.5), (200, 0.6), (400, late + 0.01 * seed))}
+      summaries.append(s)
+  _write(results, summaries)
+  with open(os.path.join(results, "budgets.json"), "w") as f:
+    json.dump({"odds_first": {"budget": 400, "max_steps": 800, "just_fit": 100,
+                              "curve": [[400, 0.95]]}}, f)
+  preset = ex.Preset(tasks=(dataclasses.replace(TASK, just_fit=100),), kinds=("rope", "alibi"),
+                     seeds=(0, 1, 2), converged=0.002)
+  markdown = report_lib.report(preset, results)
+  assert "gained less than 0.002 over the last quarter" in markdown
+  assert _rows(markdown, "odds_first")[0][1:] == ["400", "0.950", "800", "100"]
+  alibi = {row[1]: row for row in _rows(markdown, "alibi |") if len(row) == 4}
+  assert list(alibi) == ["100", "200", "400"]
+  assert alibi["400"][3].startswith("0.910 [") and alibi["100"][3].startswith("0.500")
+  assert os.path.getsize(os.path.join(results, "plots", "training_time_odds_first.png")) > 5000
+
+
+def test_report_blocks_of_two_presets_live_side_by_side(tmp_path):
+  path = str(tmp_path / "RESULTS.md")
+  report_lib.replace_block(path, "cpu table")
+  report_lib.replace_block(path, "converged table", "converged")
+  report_lib.replace_block(path, "cpu table 2", "cpu")
+  text = open(path).read()
+  assert "cpu table 2" in text and "converged table" in text and "cpu table\n" not in text
 
 
 def test_report_pairs_the_added_seeds_of_an_extension_alone(tmp_path):
@@ -491,6 +605,12 @@ def test_smoke_sweep_end_to_end_and_the_report_from_summaries_alone(smoke):
       summary = json.load(f)
     assert set(run.task.split_names) == set(summary["splits"]), run.name
     assert summary["splits"]["k8_m10.test"]["examples"] == 4
+    if run.source() is None:  # the curve: step 5 on the checkpoint subsets, then the end
+      assert list(summary["at_steps"]) == ["5", "10"], run.name
+      assert summary["at_steps"]["5"]["k8_m10.test"]["examples"] == 2
+      assert summary["at_steps"]["5"]["valid"]["examples"] == 16
+    else:
+      assert "at_steps" not in summary, run.name
   text = (base / "RESULTS.md").read_text()
   assert "Closing-bracket accuracy" in text and "Learned spectra" in text
   assert "bifocal_heads (surgery) - rope (continue)" in text
