@@ -5,6 +5,7 @@ r"""The decisive experiment: does bifocal attention extrapolate? Runs, summaries
   python benchmarks/extrapolation.py --preset cpu --dry_run        # what is left to run
   python benchmarks/extrapolation.py --preset cpu --summarize_only --results_md RESULTS.md
   python benchmarks/extrapolation.py --preset accelerator --limit 1  # one population (a GPU)
+  python benchmarks/extrapolation.py --preset cpu --shard 0/4 --commit  # machine 0 of 4
 
 A run is one training (`train.py`) and one evaluation (`eval.py`), each a
 subprocess in the run's workdir `OUT/<task>/<arm>/<group>/seed<N>`. Once both
