@@ -1,4 +1,4 @@
-"""The training configuration: defaults shared by every `configs/*.py`, and
+"""The training configuration: defaults shared by every config (`bifocal_jax/configs/`), and
 validation of a whole config before any work is done.
 
 `validate(config, num_devices=..., num_processes=...)` raises `ConfigError`

@@ -33,7 +33,7 @@ URL_PATTERN = f"https://raw.githubusercontent.com/{REPOSITORY}/{{commit}}/data/{
 FETCH_COMMAND = "python -m bifocal_jax.tasks.external fetch"
 
 # name in the data directory: (file name at COMMIT, sha256). The five files of
-# Dyck-(8, m) (8 bracket types), the alphabet of `configs/dyck.py`.
+# Dyck-(8, m) (8 bracket types), the alphabet of the `dyck` config.
 FILES: dict[str, tuple[str, str]] = {
     "k8_m5.dev":
         ("k8_m5_tr2000000.dev", "e681ea64e4bfb591e9fb3873f5ddb05e733a81a5afab4c6bf529cfb3d4cabfcc"),
