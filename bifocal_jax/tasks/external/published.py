@@ -32,19 +32,18 @@ URL_ENV = "BIFOCAL_DYCK_URL"
 URL_PATTERN = f"https://raw.githubusercontent.com/{REPOSITORY}/{{commit}}/data/{{file}}"
 FETCH_COMMAND = "python -m bifocal_jax.tasks.external fetch"
 
-# name in the data directory: (file name at COMMIT, sha256). The five files of
-# Dyck-(8, m) (8 bracket types), the alphabet of the `dyck` config.
+# The five files of Dyck-(8, m) (8 bracket types, the alphabet of the `dyck`
+# config) by their name in the data directory, with their sha256.
+SHA256 = {
+    "k8_m5.dev": "e681ea64e4bfb591e9fb3873f5ddb05e733a81a5afab4c6bf529cfb3d4cabfcc",
+    "k8_m5.test": "82d288739a51f88f9242931b9d0ccfc7bc962b69df4798c89aca9c2fc1546639",
+    "k8_m10.dev": "a348c7ce2342f6b756bd9475e6a0f0c8fac3913991bf38d6edbbf931a563ee28",
+    "k8_m10.test": "f92e47bf29844e90d2c2c9f13d644d5c085c113b8b9e2a01d079cf9c78cbf0da",
+    "k8_m20.test": "5f0e58d27394b50c19900e00fd4f13ef85843a4844d6ac98646c89aa6f9d8729",
+}
+# name in the data directory: (its file name at COMMIT, sha256).
 FILES: dict[str, tuple[str, str]] = {
-    "k8_m5.dev":
-        ("k8_m5_tr2000000.dev", "e681ea64e4bfb591e9fb3873f5ddb05e733a81a5afab4c6bf529cfb3d4cabfcc"),
-    "k8_m5.test": ("k8_m5_tr2000000.test",
-                   "82d288739a51f88f9242931b9d0ccfc7bc962b69df4798c89aca9c2fc1546639"),
-    "k8_m10.dev": ("k8_m10_tr2000000.dev",
-                   "a348c7ce2342f6b756bd9475e6a0f0c8fac3913991bf38d6edbbf931a563ee28"),
-    "k8_m10.test": ("k8_m10_tr2000000.test",
-                    "f92e47bf29844e90d2c2c9f13d644d5c085c113b8b9e2a01d079cf9c78cbf0da"),
-    "k8_m20.test": ("k8_m20_tr2000000.test",
-                    "5f0e58d27394b50c19900e00fd4f13ef85843a4844d6ac98646c89aa6f9d8729"),
+    name: (name.replace(".", "_tr2000000."), digest) for name, digest in SHA256.items()
 }
 _CHUNK = 1 << 20
 
