@@ -22,7 +22,9 @@ per-library adapters beside this file: `tunix_models` (tunix's Gemma 3,
 Llama 3, Qwen 3, found and converted by `spectralize` itself),
 `gemma_linen` (the `gemma` library's Linen models, a wrapper) and
 `maxtext_rope` (MaxText's rotary modules, found and converted by
-`spectralize` too).
+`spectralize` too). `peft` (imported on its own: it needs tunix's trainer code)
+fine-tunes converted tunix models with tunix's own `PeftTrainer`, checkpoints
+and merged export, keeping the spectra.
 """
 
 from __future__ import annotations

@@ -65,20 +65,30 @@ FAMILIES = {
 def import_model(family: str) -> types.ModuleType:
   """`tunix.models.<family>.model`, also where only tunix's model code is installed.
 
-  tunix's package `__init__` imports its whole trainer stack; its model files
-  need only flax, einops, jaxtyping and safetensors. When the package import
-  fails for a missing dependency, the package is registered without running
-  its `__init__`, and the model file is imported alone. (tunix's Gemma 3 file
-  sets `flax.config.flax_always_shard_variable = False` process-wide when
-  imported; that is tunix's choice, left as it is.)
+  (tunix's Gemma 3 file sets `flax.config.flax_always_shard_variable = False`
+  process-wide when imported; that is tunix's choice, left as it is.)
   """
   name = f"tunix.models.{family}.model"
   if f"tunix.models.{family}" not in {m.rsplit(".", 1)[0] for m in FAMILIES}:
     raise ValueError(f"family must be one of gemma3, llama3, qwen3, got {family!r}")
+  return import_tunix(name)
+
+
+def import_tunix(name: str) -> types.ModuleType:
+  """The tunix module `name` (`tunix.sft.peft_trainer`, ...), without tunix's whole stack.
+
+  tunix's package `__init__` imports its whole trainer stack (datasets,
+  transformers, TensorFlow Datasets...); its model files need only flax,
+  einops, jaxtyping and safetensors, and its PEFT trainer a few more light
+  packages (requirements-hosts.txt). When the package import fails for a
+  missing dependency, the package is registered without running its
+  `__init__`, and the module is imported alone.
+  """
   if "tunix" not in sys.modules:
     spec = importlib.util.find_spec("tunix")
     if spec is None:
-      raise ImportError("tunix is not installed: pip install bifocal-jax[tunix] (see README)")
+      raise ImportError("tunix is not installed: see the README, 'Surgery on the LLMs people "
+                        "fine-tune', for the install line")
     try:
       importlib.import_module("tunix")
     except ImportError:

@@ -3,17 +3,17 @@
 `get_task(config)` builds a task from its config (`default_task_config(name)`
 lists every key it accepts). Every task draws example `i` of split `s` from
 `(seed, s, i)` alone; see `base` for the interface and the batch layout,
-`dyck` and `chomsky` (a package: the Chomsky-hierarchy tasks) for the tasks,
-`external` for the published Dyck data, and `pipeline` (imported separately:
+`dyck`, `listops` and `chomsky` (a package: the Chomsky-hierarchy tasks) for
+the tasks, `external` for the published Dyck data, and `pipeline` (imported separately:
 it needs grain) for the input pipelines.
 """
 
 import ml_collections
 
-from bifocal_jax.tasks import base, chomsky, dyck, external
+from bifocal_jax.tasks import base, chomsky, dyck, external, listops
 from bifocal_jax.tasks.base import Split, Task
 
-_TASKS = {dyck.NAME: dyck.Dyck, **{t.name: t for t in chomsky.TASKS}}
+_TASKS = {t.name: t for t in (dyck.Dyck, *listops.TASKS, *chomsky.TASKS)}
 TASK_NAMES = tuple(_TASKS)
 
 
@@ -21,6 +21,8 @@ def default_task_config(name: str) -> ml_collections.ConfigDict:
   """Every key task `name` accepts, with its defaults."""
   if name == dyck.NAME:
     return dyck.default_config()
+  if name in listops.NAMES:
+    return listops.default_config(name)
   if name in _TASKS:
     return chomsky.default_config(name)
   raise ValueError(f"task name={name!r}: unknown, expected one of {TASK_NAMES}")
