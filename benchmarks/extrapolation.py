@@ -5,6 +5,7 @@ r"""The decisive experiment: does bifocal attention extrapolate? Runs, summaries
   python benchmarks/extrapolation.py --preset cpu --dry_run        # what is left to run
   python benchmarks/extrapolation.py --preset cpu --summarize_only --results_md RESULTS.md
   python benchmarks/extrapolation.py --preset accelerator --limit 1  # one population (a GPU)
+  python benchmarks/extrapolation.py --preset cpu --shard 0/4 --commit  # machine 0 of 4
 
 A run is one training (`train.py`) and one evaluation (`eval.py`), each a
 subprocess in the run's workdir `OUT/<task>/<arm>/<group>/seed<N>`. Once both
@@ -50,6 +51,20 @@ budget and none of its other runs are made. Budgets go to `budgets.json`
 beside the summaries. A preset with `calibrated=False` takes each task's
 `max_steps` as its budget instead (sized to the machine, not calibrated).
 
+Shards (`--shard i/N`, 0 <= i < N): N machines, or the N workers of a TPU VM
+pod (`--shard $TPU_WORKER_ID/N`), each run one shard of the same preset into
+one results tree (a shared `--results`, or `--commit` into clones of one
+repository). A run's shard is a stable hash of its name (`shard_of`), the
+same on every machine and for every edit of the preset: no run is in two
+shards, every run is in one, and a surgery or continue run is in its source
+`rope` run's (trained there first). Calibration runs are sharded the same
+way; a shard takes up the tasks another calibrated once their budgets land
+in its results directory.
+
+The published Dyck files are read from the data directory (`--data_dir`,
+else `BIFOCAL_DATA_DIR`; `python -m bifocal_jax.tasks.external fetch`
+downloads them); a sweep without them stops before its first run, saying so.
+
 SIGTERM/SIGINT to the sweep are passed on to the runs in flight (the trainer
 saves and exits), then the sweep stops. Its PID is in `OUT/sweep.pid`; start it
 with `setsid` so that `kill -STOP -PID` / `kill -CONT -PID` pause and resume
@@ -64,6 +79,7 @@ import contextlib
 import dataclasses
 import datetime
 import fcntl
+import hashlib
 import itertools
 import json
 import os
@@ -80,7 +96,9 @@ from absl import app
 from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PUBLISHED_DIR = os.path.normpath(os.path.join(REPO, "..", "shared", "external", "dyck-yao2021"))
+sys.path.insert(0, REPO)  # bifocal_jax, from a checkout
+from bifocal_jax.tasks.external import published as published_data  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 RESULTS_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
 FAILED_FILE = "failed.txt"
 BUDGETS_FILE = "budgets.json"
@@ -129,7 +147,7 @@ class TaskSpec:
   is `configs/<config_name or name>.py`.
   `che`: `(stride, examples per length)` of the CHE protocol (Chomsky tasks),
   whose results are the split `che`; None for tasks without it (Dyck).
-  `published`: `((file name in PUBLISHED_DIR, max lines or None), ...)`: Dyck
+  `published`: `((published file name, max lines or None), ...)`: Dyck
   files to score on; a capped file is an evenly spaced subset of its lines.
   """
   name: str
@@ -549,10 +567,12 @@ def published_file(out: str, file_name: str, max_lines: int | None) -> str:
   """The published file, or (with `max_lines`) an evenly spaced subset written under OUT.
 
   The subset keeps the file's name, so its results split is named as the file.
+  The files are found in the data directory (`--data_dir`, `BIFOCAL_DATA_DIR`).
   """
-  source = os.path.join(PUBLISHED_DIR, file_name)
-  if not os.path.isfile(source):
-    raise ValueError(f"published file {file_name!r}: not found in {PUBLISHED_DIR}")
+  try:
+    source = published_data.path(file_name)
+  except FileNotFoundError as e:
+    raise ValueError(str(e)) from None
   if max_lines is None:
     return source
   if max_lines < 1:
@@ -864,18 +884,47 @@ def git_commit_paths(paths: Sequence[str], message: str, *, log: Callable[[str],
 _GIT_LOCK = threading.Lock()
 
 
+def parse_shard(value: str) -> tuple[int, int]:
+  """`--shard i/N` as `(i, N)`, with 0 <= i < N."""
+  try:
+    index, count = (int(part) for part in value.split("/"))
+  except ValueError:
+    raise ValueError(f"shard={value!r}: expected i/N (e.g. 0/4)") from None
+  if not 0 <= index < count:
+    raise ValueError(f"shard={value!r}: needs 0 <= i < N")
+  return index, count
+
+
+def shard_of(run: Run | PopulationRun, count: int) -> int:
+  """The shard (of `count`) that runs `run`: a stable hash of the name of what
+  trains it (its population, else itself), or for a surgery or continue run
+  of its source's, so that its source trains in the same shard. The same
+  everywhere and unchanged by edits to a preset's run list."""
+  unit = run.unit if isinstance(run, Run) else run
+  key = (unit.source() or unit).name
+  return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % count
+
+
 class Sweep:
   """The runs of a preset in `out`, their summaries in `results_dir`.
 
   `on_written(paths, message)` is called after every summary (and budgets
   file) is written; `--commit` makes it `git_commit_paths`, so that each
-  finished run is committed as it lands."""
+  finished run is committed as it lands. `shard=(i, N)`: only the runs
+  (and calibration runs) of shard i of N (`shard_of`), so that N machines
+  sharing `results_dir` (or committing into one repository) split the sweep."""
 
   def __init__(self, preset: Preset, out: str, results_dir: str, *,
                log: Callable[[str], None] = print,
-               on_written: Callable[[Sequence[str], str], object] | None = None):
+               on_written: Callable[[Sequence[str], str], object] | None = None,
+               shard: tuple[int, int] | None = None):
     self.preset, self.out, self.results_dir, self.log = preset, out, results_dir, log
     self.on_written = on_written or (lambda paths, message: None)
+    self.shard = shard
+
+  def mine(self, run: Run) -> bool:
+    """Whether `run` is in this sweep's shard (every run is, unsharded)."""
+    return self.shard is None or shard_of(run, self.shard[1]) == self.shard[0]
 
   def budget(self, task: TaskSpec) -> int | None:
     """The task's calibrated budget; None if uncalibrated or not learned (a
@@ -894,7 +943,8 @@ class Sweep:
     (the protocol starts from the scratch checkpoints), the sensitivity arm
     another; within a group, the preset's order (seed-major)."""
     budgets = {task.name: self.budget(task) for task in self.preset.tasks}
-    runs = [r for r in self.preset.runs() if not self.done(r) and budgets[r.task.name]]
+    runs = [r for r in self.preset.runs()
+            if not self.done(r) and budgets[r.task.name] and self.mine(r)]
     if self.preset.in_order:  # every task's scratch runs, then the protocol's
       return sorted(runs, key=lambda r: r.source() is not None)
     group = lambda r: (r.task.name, r.arm if r.arm == "sensitivity" else "")
@@ -912,7 +962,7 @@ class Sweep:
       record = budgets.get(run.task.name)
       return record is None or (record["budget"] is None
                                 and record["max_steps"] < run.task.max_steps)
-    todo = [r for r in self.preset.calibration_runs() if needed(r)]
+    todo = [r for r in self.preset.calibration_runs() if needed(r) and self.mine(r)]
 
     def one(run, stop):
       overrides = (("steps", run.task.max_steps), ("eval_every", run.task.interval),
@@ -1048,6 +1098,13 @@ _SUMMARIZE_ONLY = flags.DEFINE_bool("summarize_only", False, "Only write the rep
 _COMMIT = flags.DEFINE_bool(
     "commit", False, "git-commit each summary (and the budgets) as it is written, and only "
     "those files, so that a sweep spread over machines loses nothing that finished.")
+_SHARD = flags.DEFINE_string(
+    "shard", None, "i/N: run only shard i (0-based) of N of the runs and calibrations "
+    "(`shard_of`: stable, a surgery/continue run with its source), e.g. one per machine or per "
+    "worker of a TPU VM pod, all into one results directory.")
+_DATA_DIR = flags.DEFINE_string(
+    "data_dir", None, "Data directory of the published Dyck files (default: $BIFOCAL_DATA_DIR, "
+    "else $XDG_CACHE_HOME/bifocal_jax/data); passed on to the evaluations.")
 _RESULTS_MD = flags.DEFINE_string(
     "results_md", None, "Markdown file whose generated block receives the report.")
 
@@ -1064,7 +1121,11 @@ def main(argv):
   on_written = None
   if _COMMIT.value:
     on_written = lambda paths, message: git_commit_paths(paths, message, log=log)  # pylint: disable=unnecessary-lambda-assignment
-  sweep = Sweep(preset, os.path.abspath(_OUT.value), results_dir, log=log, on_written=on_written)
+  if _DATA_DIR.value:  # for the evaluations too (their subprocesses inherit it)
+    os.environ[published_data.DATA_DIR_ENV] = os.path.abspath(_DATA_DIR.value)
+  shard = parse_shard(_SHARD.value) if _SHARD.value else None
+  sweep = Sweep(preset, os.path.abspath(_OUT.value), results_dir, log=log, on_written=on_written,
+                shard=shard)
   if _DRY_RUN.value:
     budgets = load_budgets(results_dir)
     uncalibrated = [t.name for t in preset.tasks if t.name not in budgets]
@@ -1077,6 +1138,9 @@ def main(argv):
     print(json.dumps({k: v["budget"] for k, v in budgets.items()}, indent=1))
     return 0
   if not _SUMMARIZE_ONLY.value:
+    for task in preset.tasks:  # before any run: the line that says how to get them
+      for file_name, _ in task.published + task.checkpoint_published:
+        published_file(sweep.out, file_name, None)
     statuses = sweep.run(jobs=_JOBS.value, limit=_LIMIT.value)
     counts = {s: list(statuses.values()).count(s) for s in sorted(set(map(str, statuses.values())))}
     print(f"sweep: {counts}", flush=True)

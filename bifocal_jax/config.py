@@ -1,4 +1,4 @@
-"""The training configuration: defaults shared by every `configs/*.py`, and
+"""The training configuration: defaults shared by every config (`bifocal_jax/configs/`), and
 validation of a whole config before any work is done.
 
 `validate(config, num_devices=..., num_processes=...)` raises `ConfigError`
@@ -242,15 +242,19 @@ def is_population(config: ml_collections.ConfigDict) -> bool:
 
 
 def load_file(path: str, arg: str | None = None) -> ml_collections.ConfigDict:
-  """`get_config(arg)` of the config file at `path` (what `--config path:arg` loads).
+  """`get_config(arg)` of the config file at `path`, or of the packaged config
+  named `path` (`dyck`): what `--config path:arg` loads.
 
-  The directory above the file's (the repository root, for `configs/*.py`)
-  is put on `sys.path` first, as running `train.py` from the root does, so
-  that config files can share `configs/_*.py` modules.
+  For a file outside the package, the directory above the file's is put on
+  `sys.path` first, as running `train.py` from a checkout's root does, so
+  that config files can share modules of their folder (`configs._shared`).
   """
+  from bifocal_jax import configs  # pylint: disable=g-import-not-at-top
+  if path in configs.NAMES and not os.path.isfile(path):
+    return configs.get_config(path, arg)
   path = os.path.abspath(path)
   root = os.path.dirname(os.path.dirname(path))
-  if root not in sys.path:
+  if root not in sys.path and os.path.dirname(path) != configs.DIRECTORY:
     sys.path.insert(0, root)
   name = os.path.splitext(os.path.basename(path))[0]
   spec = importlib.util.spec_from_file_location(f"config_file_{name}", path)

@@ -531,7 +531,8 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
              dyck_files: Sequence[str] = (), che: bool | None = None,
              che_protocol: CheProtocol = CheProtocol(), spectrum: bool = False,
              out: str | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET,
-             max_batch_size: int | None = None, log: Callable[[str], None] = print) -> dict:
+             max_batch_size: int | None = None, data_dir: str | None = None,
+             log: Callable[[str], None] = print) -> dict:
   """Evaluates a run and writes (merges into) its results JSON; returns the results.
 
   `workdir`: a run directory (its checkpoint at `step`, default the latest, is
@@ -542,8 +543,14 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
   per task split. `che`: evaluate `che_protocol` (by default, for tasks that
   draw examples at a given length when neither `splits` nor `dyck_files` is
   given; it takes the place of sampling its split). `spectrum`: add the
-  spectral analysis and its plots.
+  spectral analysis and its plots. `dyck_files`: paths, or the bare names of
+  published files (`k8_m10.test`), found in `data_dir` (default: the data
+  directory, `external.published.data_dir()`).
   """
+  try:
+    dyck_files = [external.published.resolve(f, data_dir) for f in dyck_files]
+  except FileNotFoundError as e:
+    raise ValueError(str(e)) from None
   if isinstance(workdir, Run):
     run = workdir
     if step is not None and step != run.step:

@@ -17,7 +17,6 @@ import re
 import sys
 import traceback
 
-import jax
 from absl import flags
 from absl import logging
 
@@ -39,6 +38,7 @@ def define_distributed_flags():
 
 def initialize_distributed() -> None:
   """`jax.distributed.initialize` with explicit flags, or auto-detected on TPU pods."""
+  import jax  # pylint: disable=g-import-not-at-top
   if _COORDINATOR is not None and _COORDINATOR.value:
     if _NUM_PROCESSES.value is None or _PROCESS_ID.value is None:
       fail("--coordinator_address needs --num_processes and --process_id")
@@ -79,11 +79,18 @@ def fail(message: str, status: int = 2):
   waits at a barrier for every peer, and after a failure some may never come.
   """
   print(f"error: {message}", file=sys.stderr, flush=True)
-  if jax.distributed.is_initialized():
+  if _distributed():
     logging.flush()
     sys.stdout.flush()
     os._exit(status)
   sys.exit(status)
+
+
+def _distributed() -> bool:
+  """Whether JAX runs several processes (JAX is imported lazily: the commands'
+  flags are defined, and a bad flag reported, before it starts)."""
+  jax = sys.modules.get("jax")
+  return jax is not None and jax.distributed.is_initialized()
 
 
 def _gist(error: BaseException) -> str:
@@ -114,10 +121,15 @@ def describe_flag_error(error: BaseException, argv) -> str:
 def flags_parser(*config_flags):
   """An `app.run` flags parser: a bad flag, config file or `--config.KEY`
   override is one line on stderr and exit status 2 (not usage text or a
-  traceback). Config files load here, so their errors are reported here too."""
+  traceback). Config files load here, so their errors are reported here too.
+  A config flag's value may name a config of the package (`--config dyck:tiny`,
+  `bifocal_jax.configs`) instead of a file."""
+  from bifocal_jax import configs  # pylint: disable=g-import-not-at-top
 
   def parse(argv):
     try:
+      for config_flag in config_flags:
+        argv = configs.resolve_argv(argv, config_flag.name)
       args = flags.FLAGS(argv)
       for config_flag in config_flags:
         config_flag.value.keys()  # a config that failed to load raises only when used
@@ -131,6 +143,7 @@ def flags_parser(*config_flags):
 def run_training(config, workdir: str, *, overwrite: bool = False, hooks=()) -> int:
   """`train.train_and_evaluate` with expected failures as one line and an exit
   status (see the module docstring). `hooks`: see `train.Hook`."""
+  import jax  # pylint: disable=g-import-not-at-top
   from bifocal_jax import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
   from bifocal_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from bifocal_jax import steps  # pylint: disable=g-import-not-at-top
@@ -150,7 +163,7 @@ def run_training(config, workdir: str, *, overwrite: bool = False, hooks=()) -> 
   except KeyboardInterrupt:
     fail("interrupted; re-run the same command to resume from the last checkpoint", status=130)
   except Exception:  # pylint: disable=broad-except
-    if not jax.distributed.is_initialized():
+    if not _distributed():
       raise
     traceback.print_exc()
     fail("the run failed (traceback above)", status=1)

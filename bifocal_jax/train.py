@@ -15,11 +15,16 @@ Everything else has its own module: `state` (the model, the train state,
 `Setup`), `steps` (the jit-compiled steps), `evaluate.Evaluator` (all
 evaluation), `workdir` (which run a directory holds), `init_from`
 (fine-tuning a `rope` run by Surgical Integration), `checkpoint` (Orbax).
-`train.py` at the top level is only flag parsing around this module, so
-notebooks call `train_and_evaluate` directly.
+The command line is `bifocal_jax/cli/train.py` (flag parsing around this
+module), run as `python -m bifocal_jax.train` (the lines below), `bifocal-train`
+or a checkout's `train.py`; notebooks call `train_and_evaluate` directly.
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__":  # `python -m bifocal_jax.train`: the command, before JAX starts
+  from bifocal_jax.cli import train as _train_cli  # pylint: disable=g-import-not-at-top
+  _train_cli.run()  # exits
 
 import dataclasses
 import functools
@@ -171,6 +176,8 @@ def _loop(config, workdir: str, ckpt, job: _Job, state, start: int,
   if stop:
     _announce_preemption(stop, step, workdir, job.is_main)
     summary["preempted_at"] = step
+  elif job.is_main:  # whatever the progress bar: where the run went
+    print(f"trained to step {step}: wrote {workdir} (metrics.jsonl, checkpoints/)", flush=True)
   summary["step"] = step
   return summary
 

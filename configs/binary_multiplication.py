@@ -1,18 +1,9 @@
-r"""Chomsky-hierarchy task `binary_multiplication` (context-sensitive; Deletang et
-al., ICLR 2023), as their code defines it: the product of two little-endian
-binary numbers, then END. See `bifocal_jax.tasks.chomsky`.
+r"""`bifocal_jax/configs/binary_multiplication.py` for a checkout's command lines (run from its root):
 
   python train.py --config configs/binary_multiplication.py --workdir runs/binary_multiplication
   python train.py --config configs/binary_multiplication.py:tiny --workdir /tmp/binary_multiplication_tiny
   python train.py --config configs/binary_multiplication.py:paper --workdir runs/binary_multiplication_paper
   python -m bifocal_jax.tasks --config configs/binary_multiplication.py --split test_length --num 5 --format che
-
-Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.
 """
 
-from configs import _chomsky
-
-
-def get_config(arg=None):
-  return _chomsky.get_config("binary_multiplication", arg)
+from bifocal_jax.configs.binary_multiplication import get_config  # noqa: F401

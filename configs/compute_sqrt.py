@@ -1,18 +1,9 @@
-r"""Chomsky-hierarchy task `compute_sqrt` (context-sensitive; Deletang et al.,
-ICLR 2023), as their code defines it: the floor of the square root of a binary
-number. See `bifocal_jax.tasks.chomsky`.
+r"""`bifocal_jax/configs/compute_sqrt.py` for a checkout's command lines (run from its root):
 
   python train.py --config configs/compute_sqrt.py --workdir runs/compute_sqrt
   python train.py --config configs/compute_sqrt.py:tiny --workdir /tmp/compute_sqrt_tiny
   python train.py --config configs/compute_sqrt.py:paper --workdir runs/compute_sqrt_paper
   python -m bifocal_jax.tasks --config configs/compute_sqrt.py --split test_length --num 5 --format che
-
-Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.
 """
 
-from configs import _chomsky
-
-
-def get_config(arg=None):
-  return _chomsky.get_config("compute_sqrt", arg)
+from bifocal_jax.configs.compute_sqrt import get_config  # noqa: F401

@@ -1,18 +1,9 @@
-r"""Chomsky-hierarchy task `cycle_navigation` (regular; Deletang et al., ICLR
-2023), as their code defines it: the final state of moves on a 5-cycle. See
-`bifocal_jax.tasks.chomsky`.
+r"""`bifocal_jax/configs/cycle_navigation.py` for a checkout's command lines (run from its root):
 
   python train.py --config configs/cycle_navigation.py --workdir runs/cycle_navigation
   python train.py --config configs/cycle_navigation.py:tiny --workdir /tmp/cycle_navigation_tiny
   python train.py --config configs/cycle_navigation.py:paper --workdir runs/cycle_navigation_paper
   python -m bifocal_jax.tasks --config configs/cycle_navigation.py --split test_length --num 5 --format che
-
-Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.
 """
 
-from configs import _chomsky
-
-
-def get_config(arg=None):
-  return _chomsky.get_config("cycle_navigation", arg)
+from bifocal_jax.configs.cycle_navigation import get_config  # noqa: F401

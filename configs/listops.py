@@ -1,20 +1,9 @@
-r"""`listops`: the published ListOps task (Nangia and Bowman 2018) as the Long
-Range Arena generates it, the value of the whole expression (a digit) scored at
-its last token, at CPU sizes: depth <= `task.d_train` (3), lengths 4..100
-(LRA's own: depth <= 9, lengths 501..1999); `test_length` longer (101..300),
-`test_depth` deeper (4..6). See `bifocal_jax.tasks.listops`.
+r"""`bifocal_jax/configs/listops.py` for a checkout's command lines (run from its root):
 
   python train.py --config configs/listops.py --workdir runs/listops
   python train.py --config configs/listops.py:tiny --workdir /tmp/listops_tiny
   python train.py --config configs/listops.py:paper --workdir runs/listops_paper
   python -m bifocal_jax.tasks --config configs/listops.py --split test_depth --num 3
-
-Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `configs/_listops.py`.
 """
 
-from configs import _listops
-
-
-def get_config(arg=None):
-  return _listops.get_config("listops", arg)
+from bifocal_jax.configs.listops import get_config  # noqa: F401

@@ -1,23 +1,10 @@
-r"""`listops_depth`: OUR variant of ListOps, not a task of the Long Range Arena:
-LRA's expressions (`[MAX 2 9 [MIN 4 7 ] 0 ]`), and at every `]` the value of
-the list it closes (scored; `.` elsewhere), so that intermediate results count
-and only depth tracking gets them right. Trains at depth <= `task.d_train` (3),
-lengths 4..100; `test_length` longer (101..300) at those depths, `test_depth`
-deeper (4..6, stratified) at training lengths. See
-`bifocal_jax.tasks.listops`.
+r"""`bifocal_jax/configs/listops_depth.py` for a checkout's command lines (run from its root):
 
   python train.py --config configs/listops_depth.py --workdir runs/listops_depth
   python train.py --config configs/listops_depth.py:tiny --workdir /tmp/listops_depth_tiny
   python train.py --config configs/listops_depth.py:paper --workdir runs/listops_depth_paper
   python train.py --config configs/listops_depth.py --config.position.kind=rope --workdir runs/listops_depth_rope
   python -m bifocal_jax.tasks --config configs/listops_depth.py --split valid --num 3
-
-Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `configs/_listops.py`.
 """
 
-from configs import _listops
-
-
-def get_config(arg=None):
-  return _listops.get_config("listops_depth", arg)
+from bifocal_jax.configs.listops_depth import get_config  # noqa: F401

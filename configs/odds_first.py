@@ -1,18 +1,9 @@
-r"""Chomsky-hierarchy task `odds_first` (context-sensitive; Deletang et al., ICLR
-2023), as their code defines it: a bit string's bits at positions 2, 4, 6 ..
-(1-based), then those at 1, 3, 5 .. See `bifocal_jax.tasks.chomsky`.
+r"""`bifocal_jax/configs/odds_first.py` for a checkout's command lines (run from its root):
 
   python train.py --config configs/odds_first.py --workdir runs/odds_first
   python train.py --config configs/odds_first.py:tiny --workdir /tmp/odds_first_tiny
   python train.py --config configs/odds_first.py:paper --workdir runs/odds_first_paper
   python -m bifocal_jax.tasks --config configs/odds_first.py --split test_length --num 5 --format che
-
-Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.
 """
 
-from configs import _chomsky
-
-
-def get_config(arg=None):
-  return _chomsky.get_config("odds_first", arg)
+from bifocal_jax.configs.odds_first import get_config  # noqa: F401

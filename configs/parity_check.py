@@ -1,18 +1,9 @@
-r"""Chomsky-hierarchy task `parity_check` (regular; Deletang et al., ICLR 2023),
-as their code defines it: the parity of the ones in a bit string. See
-`bifocal_jax.tasks.chomsky`.
+r"""`bifocal_jax/configs/parity_check.py` for a checkout's command lines (run from its root):
 
   python train.py --config configs/parity_check.py --workdir runs/parity_check
   python train.py --config configs/parity_check.py:tiny --workdir /tmp/parity_check_tiny
   python train.py --config configs/parity_check.py:paper --workdir runs/parity_check_paper
   python -m bifocal_jax.tasks --config configs/parity_check.py --split test_length --num 5 --format che
-
-Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.
 """
 
-from configs import _chomsky
-
-
-def get_config(arg=None):
-  return _chomsky.get_config("parity_check", arg)
+from bifocal_jax.configs.parity_check import get_config  # noqa: F401

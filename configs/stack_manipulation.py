@@ -1,18 +1,9 @@
-r"""Chomsky-hierarchy task `stack_manipulation` (deterministic context-free;
-Deletang et al., ICLR 2023), as their code defines it: the stack after
-POP/PUSH actions, top first, then END. See `bifocal_jax.tasks.chomsky`.
+r"""`bifocal_jax/configs/stack_manipulation.py` for a checkout's command lines (run from its root):
 
   python train.py --config configs/stack_manipulation.py --workdir runs/stack_manipulation
   python train.py --config configs/stack_manipulation.py:tiny --workdir /tmp/stack_manipulation_tiny
   python train.py --config configs/stack_manipulation.py:paper --workdir runs/stack_manipulation_paper
   python -m bifocal_jax.tasks --config configs/stack_manipulation.py --split test_length --num 5 --format che
-
-Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `configs/_chomsky.py`.
 """
 
-from configs import _chomsky
-
-
-def get_config(arg=None):
-  return _chomsky.get_config("stack_manipulation", arg)
+from bifocal_jax.configs.stack_manipulation import get_config  # noqa: F401

@@ -63,3 +63,13 @@ def persistent_compiles(compilation_cache_env):
   for name, value in previous.items():
     jax.config.update(name, value)
   compilation_cache.reset_cache()
+
+
+@pytest.fixture(scope="session")
+def published_dir():
+  """The folder of the published Dyck files (`BIFOCAL_DATA_DIR`: CI points it at
+  the copy beside the clone); the test is skipped, saying how to get them, if any is absent."""
+  from bifocal_jax.tasks.external import published  # pylint: disable=g-import-not-at-top
+  if published.missing():
+    pytest.skip(f"the published Dyck files are absent: {published.how_to_get()}")
+  return published.folder()

@@ -1,14 +1,18 @@
-"""Every config file and variant loads, has the contract's keys, and validates."""
+"""Every config (shipped in `bifocal_jax/configs/`) and variant loads, has the
+contract's keys and validates; a checkout's `configs/*.py` are the same configs."""
 
 import pathlib
 
 import pytest
 
 from bifocal_jax import config as config_lib
+from bifocal_jax import configs
 from bifocal_jax import tasks
 
-# `configs/_*.py` are shared pieces, not configs.
-CONFIGS = sorted((pathlib.Path(__file__).resolve().parent.parent / "configs").glob("[!_]*.py"))
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# `_*.py` are shared pieces, not configs.
+CONFIGS = sorted(pathlib.Path(configs.DIRECTORY).glob("[!_]*.py"))
+CHECKOUT_CONFIGS = sorted((ROOT / "configs").glob("*.py"))
 CONTRACT_KEYS = ("seed", "steps", "batch_size", "learning_rate", "checkpoint_every",
                  "position.kind", "mesh.data", "mesh.fsdp", "mesh.model")
 
@@ -18,7 +22,7 @@ def load(path, arg=None):
 
 
 def test_there_is_a_config_per_task():
-  assert sorted(p.stem for p in CONFIGS) == sorted(tasks.TASK_NAMES)
+  assert sorted(p.stem for p in CONFIGS) == sorted(tasks.TASK_NAMES) == list(configs.NAMES)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
@@ -41,4 +45,29 @@ def test_unknown_variant_is_a_clear_error(path):
 
 def test_docstrings_carry_the_command_that_runs_them():
   for path in CONFIGS:
+    assert f"python -m bifocal_jax.train --config {path.stem}" in path.read_text(), path
+  for path in CHECKOUT_CONFIGS:
     assert f"python train.py --config configs/{path.name}" in path.read_text(), path
+
+
+def test_a_checkouts_configs_are_the_packaged_ones():
+  assert [p.name for p in CHECKOUT_CONFIGS] == [p.name for p in CONFIGS]
+  for path in CHECKOUT_CONFIGS:
+    for arg in (None, "tiny"):
+      assert load(path, arg).to_dict() == configs.get_config(path.stem, arg).to_dict(), path
+
+
+def test_names_resolve_to_the_packaged_files_and_paths_stay():
+  assert configs.resolve("dyck") == configs.path("dyck")
+  assert configs.resolve("dyck:tiny") == configs.path("dyck") + ":tiny"
+  checkout = str(ROOT / "configs" / "dyck.py") + ":tiny"
+  assert configs.resolve(checkout) == checkout
+  assert configs.resolve("no/such/file.py") == "no/such/file.py"  # the loader reports it
+  with pytest.raises(ValueError, match="--config=dyk: no such file, nor a config of the package"):
+    configs.resolve("dyk")
+  assert configs.resolve_argv(["prog", "--config", "dyck:tiny", "--config.seed=3",
+                               "--config=odds_first", "--", "--config", "dyck"]) == [
+                                   "prog", "--config", configs.path("dyck") + ":tiny",
+                                   "--config.seed=3", f"--config={configs.path('odds_first')}",
+                                   "--", "--config", "dyck"]
+  assert load("dyck", "tiny").to_dict() == load(configs.path("dyck"), "tiny").to_dict()

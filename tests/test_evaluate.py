@@ -18,9 +18,6 @@ from bifocal_jax import tasks
 from bifocal_jax import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXTERNAL = os.path.join(os.path.dirname(ROOT), "shared", "external", "dyck-yao2021")
-if not os.path.isdir(EXTERNAL):
-  EXTERNAL = "/work/shared/external/dyck-yao2021"
 
 
 def tiny_config():
@@ -129,9 +126,9 @@ def test_results_merge_by_step(trained, run, evaluated, tmp_path):
     evaluate.load_run(str(tmp_path))
 
 
-def test_dyck_file_on_trained_run(run, tmp_path):
+def test_dyck_file_on_trained_run(run, tmp_path, published_dir):
   path = tmp_path / "k8_m5_head.test"
-  path.write_text("".join(select_lines(os.path.join(EXTERNAL, "k8_m5.test"), 183, 192, 6)))
+  path.write_text("".join(select_lines(os.path.join(published_dir, "k8_m5.test"), 183, 192, 6)))
   r = evaluate.evaluate(run, dyck_files=[str(path)], **quiet(out=str(tmp_path / "r.json")))
   s = r["splits"]["k8_m5_head.test"]
   assert set(r["splits"]) == {"k8_m5_head.test"} and s["source"] == str(path)
@@ -140,6 +137,23 @@ def test_dyck_file_on_trained_run(run, tmp_path):
   assert 0.0 <= s["close_accuracy"] <= 1.0
   with pytest.raises(ValueError, match="dyck_file="):
     run.evaluator.dyck_file(run.params, str(tmp_path / "missing.test"))
+
+
+def test_published_files_by_name_come_from_the_data_directory(run, tmp_path):
+  data_dir = tmp_path / "data"
+  (data_dir / "dyck-yao2021").mkdir(parents=True)
+  path = data_dir / "dyck-yao2021" / "k8_m5.test"
+  path.write_text("(a a) END\n(b (c c) b) END\n")
+  r = evaluate.evaluate(run, dyck_files=["k8_m5.test"], data_dir=str(data_dir),
+                        **quiet(out=str(tmp_path / "r.json")))
+  assert r["splits"]["k8_m5.test"]["source"] == str(path)
+  assert r["splits"]["k8_m5.test"]["examples"] == 2
+  with pytest.raises(ValueError, match=r"^published Dyck file 'k8_m10.test' is not in .*: run "
+                     r"`python -m bifocal_jax.tasks.external fetch --data_dir=.*`"):
+    evaluate.evaluate(run, dyck_files=["k8_m10.test"], data_dir=str(data_dir),
+                      **quiet(out=str(tmp_path / "r.json")))
+  with pytest.raises(ValueError, match="dyck_file='k8_m7.test': no such file"):
+    evaluate.evaluate(run, dyck_files=["k8_m7.test"], **quiet(out=str(tmp_path / "r.json")))
 
 
 def test_compare(trained, evaluated, tmp_path):
@@ -203,6 +217,12 @@ def test_cli(trained, tmp_path):
       [sys.executable, os.path.join(ROOT, "eval.py"), f"--workdir={tmp_path}"],
       capture_output=True, text=True, env=env, timeout=600)
   assert bad.returncode == 2 and "config.json" in bad.stderr
+  absent = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "eval.py"), f"--workdir={trained}",
+       "--dyck_file=k8_m10.test", f"--data_dir={tmp_path / 'empty'}"],
+      capture_output=True, text=True, env=env, timeout=600)
+  assert absent.returncode == 2 and len(absent.stderr.splitlines()) == 1, absent.stderr
+  assert "python -m bifocal_jax.tasks.external fetch" in absent.stderr
 
 
 # ----------------------------------------------------------------------------
@@ -225,9 +245,9 @@ def test_length_buckets_and_batch_sizes():
     evaluate.batch_size_for_length(10, num_heads=0)
 
 
-def test_published_file_streams_in_budget():
+def test_published_file_streams_in_budget(published_dir):
   budget, heads = 256 << 20, 4
-  path = os.path.join(EXTERNAL, "k8_m20.test")
+  path = os.path.join(published_dir, "k8_m20.test")
   bs = lambda w: evaluate.batch_size_for_length(w, num_heads=heads, budget=budget)
   seen, shapes = [], set()
   for batch in evaluate.dyck_file_batches(path, k=8, batch_size_fn=bs):
@@ -248,10 +268,10 @@ def select_lines(path, low, high, limit):
 
 
 @pytest.fixture(scope="module")
-def published_batches(tmp_path_factory):
+def published_batches(tmp_path_factory, published_dir):
   """Published strings from two files, chosen to fill two length buckets."""
-  lines = (select_lines(os.path.join(EXTERNAL, "k8_m10.test"), 705, 768, 12)
-           + select_lines(os.path.join(EXTERNAL, "k8_m20.test"), 2900, 3072, 4))
+  lines = (select_lines(os.path.join(published_dir, "k8_m10.test"), 705, 768, 12)
+           + select_lines(os.path.join(published_dir, "k8_m20.test"), 2900, 3072, 4))
   path = tmp_path_factory.mktemp("published") / "sample.txt"
   path.write_text("".join(lines))
   bs = lambda w: evaluate.batch_size_for_length(w, num_heads=4, max_batch_size=8)

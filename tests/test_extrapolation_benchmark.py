@@ -7,6 +7,7 @@ sweep, then the report rebuilt from the summaries alone.
 
 import dataclasses
 import fcntl
+import hashlib
 import importlib.util
 import json
 import os
@@ -560,19 +561,29 @@ def test_sweep_limit_counts_across_rounds(tmp_path, monkeypatch):
   assert list(sweep.run(limit=2)) == [runs[0].name, runs[1].name]
 
 
-def test_published_subset_keeps_name_and_spans_the_file(tmp_path):
+def test_published_subset_keeps_name_and_spans_the_file(tmp_path, published_dir):
   path = ex.published_file(str(tmp_path), "k8_m20.test", 5)
   assert os.path.basename(path) == "k8_m20.test"
-  with open(os.path.join(ex.PUBLISHED_DIR, "k8_m20.test")) as f:
+  with open(os.path.join(published_dir, "k8_m20.test")) as f:
     source = [line for line in f if line.strip()]
   with open(path) as f:
     subset = f.readlines()
   assert len(subset) == 5
   assert subset[0] == source[0] and subset[-1] == source[-1]
   assert all(line in source for line in subset)
-  assert ex.published_file(str(tmp_path), "k8_m20.test", None).startswith(ex.PUBLISHED_DIR)
+  assert ex.published_file(str(tmp_path), "k8_m20.test", None).startswith(published_dir)
   with pytest.raises(ValueError, match="max_lines=0"):
     ex.published_file(str(tmp_path), "k8_m20.test", 0)
+
+
+def test_a_sweep_without_the_published_files_stops_first_saying_how_to_get_them(tmp_path):
+  env = dict(os.environ, BIFOCAL_DATA_DIR=str(tmp_path / "empty"))
+  proc = _cli("--preset=smoke", f"--out={tmp_path / 'out'}", f"--results={tmp_path / 'r'}",
+              env=env, timeout=120)
+  assert proc.returncode == 2 and not os.path.exists(tmp_path / "out" / "dyck")
+  (line,) = proc.stderr.splitlines()
+  assert "published Dyck file 'k8_m10.test' is not in" in line
+  assert "python -m bifocal_jax.tasks.external fetch" in line
 
 
 def _cli(*args, env=None, timeout=900):
@@ -582,7 +593,7 @@ def _cli(*args, env=None, timeout=900):
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory, compilation_cache_env):
+def smoke(tmp_path_factory, compilation_cache_env, published_dir):
   """The smoke preset through the command line: calibration, then the sweep
   (its runs' subprocesses share the session's compilation cache)."""
   base = tmp_path_factory.mktemp("extrapolation")
@@ -716,3 +727,82 @@ def test_population_sweep_one_command_at_a_time(tmp_path, compilation_cache_env)
   assert "rope_lr0.01 (sensitivity) - rope (scratch)" in proc.stdout
   proc = _cli("--preset=population_smoke", f"--out={out}", f"--results={results}", "--dry_run")
   assert "4 runs to do" in proc.stdout
+
+
+# ----------------------------------------------------------------------------
+# Shards (`--shard i/N`): one sweep over several machines.
+# ----------------------------------------------------------------------------
+
+SHARDED = ex.Preset(tasks=(TASK, ex.TaskSpec("reverse_string", variant="tiny")),
+                    kinds=("rope", "bifocal_heads", "alibi"), seeds=(0, 1, 2, 3),
+                    protocol_tasks=("odds_first", "reverse_string"),
+                    sensitivity_task="odds_first", sensitivity=PRESET.sensitivity)
+
+
+def _budgets(results, tasks, budget=10):
+  os.makedirs(results, exist_ok=True)
+  with open(os.path.join(results, ex.BUDGETS_FILE), "w") as f:
+    json.dump({t.name: {"budget": budget} for t in tasks}, f)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7])
+def test_shards_split_every_run_into_exactly_one_with_the_protocol_beside_its_source(
+    tmp_path, count):
+  results = str(tmp_path / "results")
+  _budgets(results, SHARDED.tasks)
+  everything = [r.name for r in ex.Sweep(SHARDED, str(tmp_path), results).pending()]
+  shards = [[r.name for r in ex.Sweep(SHARDED, str(tmp_path), results, shard=(i, count)).pending()]
+            for i in range(count)]
+  assert sorted(sum(shards, [])) == sorted(everything) and len(everything) == 44
+  by_name = {r.name: r for r in SHARDED.runs()}
+  for i, names in enumerate(shards):
+    for name in names:
+      source = by_name[name].source()
+      if source is not None:  # its source is here (in no other shard), and comes first
+        assert names.index(source.name) < names.index(name), (name, i)
+  if count > 1:
+    assert all(shards), "a shard with no runs: the hash does not spread them"
+
+
+def test_a_runs_shard_is_a_stable_hash_of_its_name_unchanged_by_edits_of_the_preset():
+  smaller = dataclasses.replace(SHARDED, kinds=("rope",), seeds=(3,), sensitivity=())
+  shard_in = {r.name: ex.shard_of(r, 5) for r in SHARDED.runs()}
+  for run in smaller.runs():
+    assert ex.shard_of(run, 5) == shard_in[run.name], run.name
+  run = SHARDED.runs()[0]
+  digest = hashlib.sha256(run.name.encode()).digest()
+  assert ex.shard_of(run, 5) == int.from_bytes(digest[:8], "big") % 5
+  members = POPULATIONS.runs()
+  assert len({ex.shard_of(m, 5) for m in members if m.population == members[0].population}) == 1
+
+
+def test_calibration_runs_are_sharded_too(tmp_path, monkeypatch):
+  calibrated = []
+  monkeypatch.setattr(ex, "execute", lambda run, *a, **k: calibrated.append(run.name) or "done")
+  for i in range(3):
+    ex.Sweep(SHARDED, str(tmp_path / f"out{i}"), str(tmp_path / "results"),
+             log=lambda m: None, shard=(i, 3)).calibrate()
+  assert sorted(calibrated) == sorted(r.name for r in SHARDED.calibration_runs())
+
+
+@pytest.mark.parametrize("value, message", [
+    ("1/0", "needs 0 <= i < N"), ("3/3", "needs 0 <= i < N"), ("-1/3", "needs 0 <= i < N"),
+    ("1", "expected i/N"), ("a/b", "expected i/N"), ("1/2/3", "expected i/N")])
+def test_bad_shards_are_one_clear_error(value, message):
+  with pytest.raises(ValueError, match=f"shard={value!r}: {message}"):
+    ex.parse_shard(value)
+  assert ex.parse_shard("2/5") == (2, 5)
+
+
+def test_dry_run_lists_the_shards_runs(tmp_path):
+  names = []
+  for shard in ("0/2", "1/2", None):
+    proc = _cli("--preset=population_smoke", f"--out={tmp_path / 'out'}",
+                f"--results={tmp_path / 'r'}", "--dry_run",
+                *([f"--shard={shard}"] if shard else []), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    names.append(proc.stdout.splitlines()[:-1])
+  assert sorted(names[0] + names[1]) == sorted(names[2]) and len(names[2]) == 8
+  assert not set(names[0]) & set(names[1])
+  bad = _cli("--preset=population_smoke", "--shard=2/2", "--dry_run", timeout=120)
+  assert bad.returncode == 2 and "shard='2/2': needs 0 <= i < N" in bad.stderr

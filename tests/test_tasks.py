@@ -18,7 +18,6 @@ import chomsky_reference
 from bifocal_jax import tasks
 from bifocal_jax.tasks import base, dyck, external
 
-EXTERNAL = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "external", "dyck-yao2021")
 # The published files' declared ranges (README): lengths and max depths.
 PUBLISHED = {
     "k8_m5.dev": ((3, 179), (1, 5)),
@@ -455,12 +454,12 @@ def test_examples_depend_only_on_seed_split_and_index(name):
 
 
 @pytest.fixture(scope="module")
-def published_heads(tmp_path_factory):
+def published_heads(tmp_path_factory, published_dir):
   """The first 200 lines of each published file."""
   folder = tmp_path_factory.mktemp("dyck")
   heads = {}
   for name in PUBLISHED:
-    with open(os.path.join(EXTERNAL, name)) as f:
+    with open(os.path.join(published_dir, name)) as f:
       lines = [next(f) for _ in range(200 if name != "k8_m20.test" else 40)]
     heads[name] = folder / name
     heads[name].write_text("".join(lines))
@@ -619,12 +618,13 @@ def test_cli_prints_examples(tmp_path):
     external.parse_line(source, 8, "cli")  # the published format.
 
 
-def test_cli_prints_chomsky_examples_in_their_id_space():
-  config_file = os.path.join(os.path.dirname(__file__), "..", "configs", "stack_manipulation.py")
+def test_cli_prints_chomsky_examples_in_their_id_space(tmp_path):
+  # `--config` names a config of the package, from any folder.
   result = subprocess.run(
-      [sys.executable, "-m", "bifocal_jax.tasks", "--config", config_file, "--split",
+      [sys.executable, "-m", "bifocal_jax.tasks", "--config", "stack_manipulation", "--split",
        "test_length", "--start", "5", "--num", "3", "--length", "45", "--format", "che"],
-      capture_output=True, text=True, check=True, timeout=120)
+      capture_output=True, text=True, check=True, timeout=120, cwd=tmp_path,
+      env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
   lines = [json.loads(line) for line in result.stdout.splitlines()]
   task = make_task("stack_manipulation")
   assert lines == [task.che_example(task.example("test_length", i, length=45)) for i in range(5, 8)]

@@ -1,14 +1,15 @@
 r"""Prints examples of a task's split: input tokens, a tab, target tokens.
 
-  python -m bifocal_jax.tasks --config configs/dyck.py --split test_depth --num 5
-  python -m bifocal_jax.tasks --config configs/dyck.py:tiny --config.task.seed=3 --split train
-  python -m bifocal_jax.tasks --config configs/odds_first.py --split test_length --num 3 --format che
+  python -m bifocal_jax.tasks --config dyck --split test_depth --num 5
+  python -m bifocal_jax.tasks --config dyck:tiny --config.task.seed=3 --split train
+  python -m bifocal_jax.tasks --config odds_first --split test_length --num 3 --format che
   python -m bifocal_jax.tasks --config configs/stack_manipulation.py --length 7 --num 3
 
-`--config` is a training config file (its `get_config()` has a `.task`). Dyck
-inputs are in the published format (`shared/external/dyck-yao2021/README.md`);
-targets are per position, `.` where nothing is scored. Other tasks print the
-input symbols and the target at each output position (`.` where not scored).
+`--config` is a training config (its `get_config()` has a `.task`): a config
+of the package (`dyck`, `dyck:tiny`; `bifocal_jax.configs`) or a file. Dyck
+inputs are in the published format (`bifocal_jax.tasks.external`); targets
+are per position, `.` where nothing is scored. Other tasks print the input
+symbols and the target at each output position (`.` where not scored).
 
 `--format che` (Chomsky-hierarchy tasks) prints one JSON object per line in
 the original benchmark's id space: `{"length": n, "input": [...], "output":
@@ -23,9 +24,11 @@ import json
 from absl import app, flags
 from ml_collections import config_flags
 
+from bifocal_jax import launch
 from bifocal_jax import tasks
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (with .task).")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Training config (with .task): a config of the package (dyck) or a file.")
 _SPLIT = flags.DEFINE_string("split", "train", "Split to print.")
 _NUM = flags.DEFINE_integer("num", 10, "Number of examples (the split's first ones).",
                             lower_bound=0)
@@ -57,4 +60,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=launch.flags_parser(_CONFIG))

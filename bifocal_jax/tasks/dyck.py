@@ -1,10 +1,10 @@
 """Dyck-(k, m): bounded-depth bracket strings, closing-bracket prediction.
 
 The strings are those of the m-bounded Dyck automaton of Hewitt et al. (2020),
-as used by Yao et al. (2021) for the published data in
-`shared/external/dyck-yao2021/`: with an empty stack, stop (END) with
-probability 1/2 or open; at depth m, close; otherwise open or close with
-probability 1/2 each; every opening bracket's type is uniform over k.
+as used by Yao et al. (2021) for their published data (`external`): with an
+empty stack, stop (END) with probability 1/2 or open; at depth m, close;
+otherwise open or close with probability 1/2 each; every opening bracket's
+type is uniform over k.
 
 Rather than run the automaton and reject strings outside a split's ranges
 (hopeless for long or deep strings), we sample the automaton *conditioned* on

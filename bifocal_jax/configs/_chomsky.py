@@ -1,9 +1,7 @@
-"""Experiment values shared by the Chomsky-hierarchy task configs (`configs/<task>.py`).
+"""Experiment values shared by the Chomsky-hierarchy task configs (`<task>.py` here).
 
 Not a config of its own (its name starts with `_`): each task's file calls
-`get_config(task_name, arg)`. Config files are run from the repository root
-(`python train.py --config configs/<task>.py`), which makes `configs`
-importable.
+`get_config(task_name, arg)`.
 """
 
 import ml_collections
@@ -12,7 +10,7 @@ from bifocal_jax import config as config_lib
 
 
 def get_config(task_name: str, arg: str | None = None) -> ml_collections.ConfigDict:
-  """The config of `configs/<task_name>.py` for a Chomsky-hierarchy task.
+  """The config of `<task_name>.py` for a Chomsky-hierarchy task.
 
   Variants: default (a CPU-sized run, test lengths 41..500 of Deletang et al.),
   `tiny` (tests), `paper` (their protocol: 5 layers, width 64, 8 heads, batch
@@ -61,5 +59,5 @@ def get_config(task_name: str, arg: str | None = None) -> ml_collections.ConfigD
     c.checkpoint_every = 5000
     c.eval_every = 5000
   elif arg not in (None, ""):
-    raise ValueError(f"configs/{task_name}.py: unknown variant {arg!r} (use tiny or paper)")
+    raise ValueError(f"config {task_name!r}: unknown variant {arg!r} (use tiny or paper)")
   return c

@@ -1,4 +1,4 @@
-"""Experiment values shared by `configs/listops.py` and `configs/listops_depth.py`.
+"""Experiment values shared by `listops.py` and `listops_depth.py` (here).
 
 Not a config of its own (its name starts with `_`). The model is the sweep's
 2-layer one (width 64, 4 heads, batch 32) at learning rate 3e-3, the size
@@ -10,7 +10,7 @@ average (Dyck's default trains on 3..99), and its `test_depth` (4..6) fits in
 the same lengths (a list of depth d needs 3d + 1 tokens).
 
 Calibration (2026-12-02, one run, not yet met): RoPE with these defaults,
-`python train.py --config configs/listops_depth.py --config.position.kind=rope
+`python -m bifocal_jax.train --config listops_depth --config.position.kind=rope
 --config.steps=4000 --config.eval_every=250`, reached valid token accuracy
 0.41 (step 250), 0.52 (1,000), 0.58 (1,750), 0.62 (3,000), 0.647 (4,000:
 still rising, not converged; `eval.py` on 2,000 examples: valid 0.649+-0.010,
@@ -72,5 +72,5 @@ def get_config(task_name: str, arg=None):
     c.checkpoint_every = 2000
     c.eval_every = 2000
   elif arg not in (None, ""):
-    raise ValueError(f"configs/{task_name}.py: unknown variant {arg!r} (use tiny or paper)")
+    raise ValueError(f"config {task_name!r}: unknown variant {arg!r} (use tiny or paper)")
   return c

@@ -1,8 +1,12 @@
 """The published Dyck data of Yao et al. (2021), for evaluation only.
 
-Format (`shared/external/dyck-yao2021/README.md`): one string per line, tokens
-separated by single spaces, `(x` opens and `x)` closes bracket type x, and the
-line ends with `END`. The loader checks each line (a malformed one raises
+`published` says where the files live (the data directory,
+`BIFOCAL_DATA_DIR`) and fetches them, checksummed, from their source
+(`python -m bifocal_jax.tasks.external fetch`). This module reads them.
+
+Format: one string per line, tokens separated by single spaces, 8 bracket
+types `a`..`h`; `(x` opens and `x)` closes bracket type x, and the line ends
+with `END`. The loader checks each line (a malformed one raises
 `ValueError("<path>:<line>: <what is wrong>")`) and labels it with the Dyck
 task's own rule (`dyck.closing_targets`), so its examples are those the task
 would generate for the same string.
@@ -16,6 +20,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from bifocal_jax.tasks import base, dyck
+from bifocal_jax.tasks.external import published
 
 
 def parse_line(line: str, k: int, where: str) -> list[int]:
@@ -102,3 +107,6 @@ def dyck_file_batches(path: str, *, batch_size: int, k: int = 8,
     if buckets is not None:
       width = min(b for b in buckets if b >= width)
     yield base.pad_rows(_batch(chunk, path, k, width), batch_size)
+
+
+__all__ = ["dyck_file_batches", "load_dyck_file", "parse_line", "published"]

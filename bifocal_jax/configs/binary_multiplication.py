@@ -1,0 +1,18 @@
+r"""Chomsky-hierarchy task `binary_multiplication` (context-sensitive; Deletang et
+al., ICLR 2023), as their code defines it: the product of two little-endian
+binary numbers, then END. See `bifocal_jax.tasks.chomsky`.
+
+  python -m bifocal_jax.train --config binary_multiplication --workdir runs/binary_multiplication
+  python -m bifocal_jax.train --config binary_multiplication:tiny --workdir /tmp/binary_multiplication_tiny
+  python -m bifocal_jax.train --config binary_multiplication:paper --workdir runs/binary_multiplication_paper
+  python -m bifocal_jax.tasks --config binary_multiplication --split test_length --num 5 --format che
+
+Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
+8 heads, batch 128; for an accelerator). See `_chomsky.py`.
+"""
+
+from bifocal_jax.configs import _chomsky
+
+
+def get_config(arg=None):
+  return _chomsky.get_config("binary_multiplication", arg)
