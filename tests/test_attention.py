@@ -22,8 +22,10 @@ D_MODEL, HEADS, HEAD_DIM, BATCH, SEQ = 16, 2, 8, 2, 6
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")
 
-# (test id, position.kind, overrides): every kind, and bifocal split both ways.
-CASES = [(kind, kind, {}) for kind in attention.POSITION_KINDS] + [
+# (test id, position.kind, overrides): every kind defined for the (bidirectional)
+# encoder, and bifocal split both ways.
+CASES = [(kind, kind, {}) for kind in attention.POSITION_KINDS
+         if attention.positions_lib.get(kind).encoder] + [
     ("bifocal_pairs", "bifocal", {"split": "pairs"})]
 SPECTRAL_CASES = [case for case in CASES if case[1] in ("spectral", "bifocal")]
 
@@ -92,9 +94,12 @@ def test_output_depends_only_on_relative_positions(name, kind, overrides, positi
   out = output(layer, x, positions)
   offset = int(np.random.default_rng(3).integers(1, 1000))
   np.testing.assert_allclose(output(layer, x, positions + offset), out, atol=1e-4)
-  # Control: stretching the distances changes the output, unless there are no positions.
+  # Control: stretching the distances changes the output, unless there are no
+  # positions in the layer (nope; absolute embeddings and biases shared by the
+  # layers live in the model).
   stretched = output(layer, x, 3 * positions)
-  if kind == "nope":
+  scheme = attention.positions_lib.get(kind)
+  if scheme.rope is None and scheme.layer is None:
     np.testing.assert_allclose(stretched, out, atol=1e-6)
   else:
     assert np.max(np.abs(stretched - out)) > 1e-3
@@ -139,8 +144,8 @@ def test_query_chunks_do_not_change_the_output(position_config):
 
 def test_alibi_slopes_are_a_buffer(position_config):
   layer = make_layer(position_config("alibi"))
-  assert not isinstance(layer.alibi_slopes, nnx.Param)
-  np.testing.assert_array_equal(layer.alibi_slopes[...], rope.alibi_slopes(HEADS))
+  assert not isinstance(layer.position.slopes, nnx.Param)
+  np.testing.assert_array_equal(layer.position.slopes[...], rope.alibi_slopes(HEADS))
 
 
 def test_bfloat16_compute(position_config):
