@@ -86,5 +86,4 @@ class CoPE(nnx.Module):
                causal: bool, query_chunk: int = 1024):
     del x_BxLxD
     return cope_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL,
-                          pos_emb_KxP=self.pos_emb_KxP[...], causal=causal,
-                          query_chunk=query_chunk)
+                          pos_emb_KxP=self.pos_emb_KxP[...], causal=causal, query_chunk=query_chunk)

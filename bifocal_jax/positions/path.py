@@ -102,9 +102,10 @@ def path_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=Non
       u = jnp.where((n < q_block)[:, None], u @ cross_n, u)
       return u, scores
 
-    _, scores = jax.lax.scan(step, q_start_BxHxQxK,
-                             (jnp.arange(num_blocks), jnp.moveaxis(k_end, 2, 0),
-                              jnp.moveaxis(cross_KxK, 2, 0)), reverse=True)
+    _, scores = jax.lax.scan(
+        step, q_start_BxHxQxK,
+        (jnp.arange(num_blocks), jnp.moveaxis(k_end, 2, 0), jnp.moveaxis(cross_KxK, 2, 0)),
+        reverse=True)
     # [N, B, H, Q, C] -> [B, H, Q, N * C], cut to the real keys
     scores = jnp.moveaxis(scores, 0, 3).reshape(b, h, q_len, num_blocks * c)[..., :length]
     mask = query_chunks.key_mask(q_offset, q_len, length, k_mask, causal=True)

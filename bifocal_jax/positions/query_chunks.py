@@ -21,8 +21,8 @@ import numpy as np
 MASKED = float(np.finfo(np.float32).min)
 
 
-def map_query_chunks(fn: Callable[..., jax.Array], length: int, query_chunk: int,
-                     *per_query: jax.Array, multiple_of: int = 1) -> jax.Array:
+def map_query_chunks(fn: Callable[..., jax.Array], length: int, query_chunk: int, *per_query:
+                     jax.Array, multiple_of: int = 1) -> jax.Array:
   """`fn(q_offset, *slices) -> [B, H, Q, ...]` over chunks of the query axis.
 
   Each array in `per_query` has the query axis at position 2 (`[B|1, H|1, L, ...]`);
@@ -42,8 +42,7 @@ def map_query_chunks(fn: Callable[..., jax.Array], length: int, query_chunk: int
   if num_chunks == 1:
     return fn(0, *padded)[:, :, :length]
   chunked = [
-      jnp.moveaxis(x.reshape(x.shape[:2] + (num_chunks, chunk) + x.shape[3:]), 2, 0)
-      for x in padded
+      jnp.moveaxis(x.reshape(x.shape[:2] + (num_chunks, chunk) + x.shape[3:]), 2, 0) for x in padded
   ]
   out = jax.lax.map(lambda args: fn(args[0] * chunk, *args[1:]),
                     (jnp.arange(num_chunks),) + tuple(chunked))

@@ -51,14 +51,13 @@ def stickbreaking_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, vali
   def block(q_offset, q_BxHxQxK, v_self_BxHxQxK):
     mask = query_chunks.key_mask(q_offset, q_BxHxQxK.shape[2], length, valid_BxL, causal=True,
                                  strict=not attend_current)
-    logits = jnp.einsum("bhqk,bhsk->bhqs", q_BxHxQxK, k,
-                        preferred_element_type=jnp.float32) * scale
+    logits = jnp.einsum("bhqk,bhsk->bhqs", q_BxHxQxK, k, preferred_element_type=jnp.float32) * scale
     log_z = jax.nn.log_sigmoid(logits)
     log_beta = jnp.where(mask, jax.nn.log_sigmoid(-logits), 0.0)
     # sum_{l > j} log_beta_il: the inclusive reversed cumsum, shifted by one key.
     reversed_cumsum = jax.lax.cumsum(log_beta, axis=3, reverse=True)
-    after_j = jnp.concatenate([reversed_cumsum[..., 1:], jnp.zeros_like(reversed_cumsum[..., :1])],
-                              axis=-1)
+    after_j = jnp.concatenate([reversed_cumsum[..., 1:],
+                               jnp.zeros_like(reversed_cumsum[..., :1])], axis=-1)
     att = jnp.where(mask, jnp.exp(log_z + after_j), 0.0)
     out = jnp.einsum("bhqs,bhsk->bhqk", att, v32)
     remainder = 1.0 - jnp.sum(att, axis=-1, keepdims=True)
