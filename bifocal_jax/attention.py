@@ -11,10 +11,15 @@ Kinds (see `POSITION_KINDS`):
   spectral         every head has its own trainable spectrum.
   bifocal          geometric eyes + spectral eyes, split by heads or pairs.
 
-Whatever the kind, the rotary module is held as `self.rope` and only its
+and the field's schemes of `bifocal_jax/positions/` (absolute embeddings,
+additive logit biases, data-dependent attention): `positions.POSITION_KINDS`
+lists every kind, `positions.get(kind)` says how it reaches this layer.
+
+Whatever the kind, a rotary module is held as `self.rope` and only its
 `frequencies()` and `layout` are used: the angles are computed once per layer
 and call, and shared by queries and keys. Surgery (`surgery.py`) swaps
-`self.rope` for a spectral module with the same spectrum.
+`self.rope` for a spectral module with the same spectrum. A scheme's
+per-layer module (biases, data-dependent attention) is `self.position`.
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from bifocal_jax import positions as positions_lib
 from bifocal_jax import rope as rope_lib
 
-POSITION_KINDS = ("nope", "rope", "partial_rope", "randomized_rope", "alibi", "spectral", "bifocal")
-ROTARY_KINDS = ("rope", "partial_rope", "randomized_rope", "spectral", "bifocal")
+POSITION_KINDS = positions_lib.POSITION_KINDS
+ROTARY_KINDS = tuple(k for k in POSITION_KINDS if positions_lib.get(k).rope is not None)
 # The attention bias of a masked key (added to its score).
 MASKED = float(np.finfo(np.float32).min)
 
@@ -49,50 +55,18 @@ def default_position_config() -> ml_collections.ConfigDict:
           split="heads",  # bifocal: "heads" or "pairs"
           spectral_heads=-1,  # bifocal/heads: number of spectral heads (-1: half)
           spectral_pairs=-1,  # bifocal/pairs: spectral pairs per head (-1: half)
+          **positions_lib.default_config_keys(),
       ))
 
 
-def spectral_eyes(position: ml_collections.ConfigDict, *, num_heads: int,
-                  head_dim: int) -> tuple[int | None, int | None]:
-  """`(spectral_heads, spectral_pairs)` of a bifocal `position` config, -1
-  resolved: the count for its `split` (heads: half the heads; pairs: half
-  the pairs), None for the other. The one place these defaults are resolved.
-
-  Raises a ValueError naming the key when the count does not fit the model.
-  """
-  if position.split == "heads":
-    n = num_heads // 2 if position.spectral_heads == -1 else position.spectral_heads
-    if not 1 <= n <= num_heads:
-      raise ValueError(f"position.spectral_heads={position.spectral_heads!r}: must be -1 (half) "
-                       f"or in [1, model.num_heads={num_heads}]")
-    return n, None
-  if position.split == "pairs":
-    pairs = head_dim // 2
-    n = max(pairs // 2, 1) if position.spectral_pairs == -1 else position.spectral_pairs
-    if not 1 <= n <= pairs:
-      raise ValueError(f"position.spectral_pairs={position.spectral_pairs!r}: must be -1 (half) "
-                       f"or in [1, head_dim/2={pairs}]")
-    return None, n
-  raise ValueError(f"position.split={position.split!r}: must be 'heads' or 'pairs'")
+spectral_eyes = positions_lib.rotary.spectral_eyes
 
 
 def make_rope(position: ml_collections.ConfigDict, *, num_heads: int, head_dim: int):
   """The rotary module of one layer for a validated `position` config, or None."""
-  kind = position.kind
-  common = dict(theta=position.base, embedding_size=head_dim, layout=position.layout)
-  if kind in ("rope", "randomized_rope"):
-    return rope_lib.GeometricRoPE(**common)
-  if kind == "partial_rope":
-    return rope_lib.GeometricRoPE(**common, rotary_fraction=position.rotary_fraction)
-  if kind == "spectral":
-    return rope_lib.SpectralRoPE(**common, num_heads=num_heads)
-  if kind == "bifocal":
-    spectral_heads, spectral_pairs = spectral_eyes(position, num_heads=num_heads, head_dim=head_dim)
-    return rope_lib.BifocalRoPE(**common, num_heads=num_heads, split=position.split,
-                                spectral_heads=spectral_heads, spectral_pairs=spectral_pairs)
-  if kind in ("nope", "alibi"):
-    return None
-  raise ValueError(f"position.kind={kind!r}: must be one of {POSITION_KINDS}")
+  scheme = positions_lib.get(position.kind)
+  return None if scheme.rope is None else scheme.rope(position, num_heads=num_heads,
+                                                      head_dim=head_dim)
 
 
 class Attention(nnx.Module):
@@ -117,23 +91,39 @@ class Attention(nnx.Module):
     self.out_HxKxD = nnx.Param(out_init(rngs.params(), (num_heads, head_dim, d_model)),
                                logical_axes=("heads", "head_dim", "embed"))
     self.rope = make_rope(position, num_heads=num_heads, head_dim=head_dim)
-    self.alibi_slopes = (nnx.Variable(jnp.asarray(rope_lib.alibi_slopes(num_heads)))
-                         if self.kind == "alibi" else None)
+    scheme = positions_lib.get(self.kind)
+    self.interface = scheme.interface
+    self.position = (None if scheme.layer is None else
+                     scheme.layer(position, d_model=d_model, num_heads=num_heads, head_dim=head_dim,
+                                  causal=causal, rngs=rngs))
 
   def __call__(self, x_BxLxD: jax.Array, positions_BxL: jax.Array,
-               valid_BxL: jax.Array | None = None) -> jax.Array:
+               valid_BxL: jax.Array | None = None, *, shared: nnx.Module | None = None,
+               distances_L: jax.Array | None = None) -> jax.Array:
     """`positions_BxL` may be `[1, L]` (shared by the batch: the model passes
-    in-order positions so), which makes the rotary angles `[L, heads, pairs]`."""
+    in-order positions so), which makes the rotary angles `[L, heads, pairs]`.
+
+    `shared`: the model's position module shared by all layers (T5, Kerple
+    biases), if any; `distances_L`: the randomized distances of this call
+    (`randomized_relative`, `randomized_alibi`), drawn by the model.
+    """
     qkv_TxBxLxHxK = jnp.einsum("bld,dthk->tblhk", x_BxLxD, self.qkv_DxTxHxK[...].astype(self.dtype))
     rope_lib.check_positions(qkv_TxBxLxHxK.shape[1:], positions_BxL.shape)
     qk_2xBxLxHxK = qkv_TxBxLxHxK[:2]
     if self.rope is not None:
       qk_2xBxLxHxK = rotate_queries_keys(qk_2xBxLxHxK, positions_BxL, self.rope.frequencies(),
                                          self.rope.layout)
-    slopes = None if self.alibi_slopes is None else self.alibi_slopes[...]
-    out_BxLxHxK = attend(qk_2xBxLxHxK[0], qk_2xBxLxHxK[1], qkv_TxBxLxHxK[2], positions_BxL,
-                         valid_BxL, causal=self.causal, alibi_slopes=slopes,
-                         query_chunk=self.query_chunk)
+    if self.interface == positions_lib.ATTENTION:
+      out_BxLxHxK = self.position.attend(x_BxLxD, qk_2xBxLxHxK[0], qk_2xBxLxHxK[1],
+                                         qkv_TxBxLxHxK[2], positions_BxL, valid_BxL,
+                                         causal=self.causal, query_chunk=self.query_chunk)
+    else:
+      bias_module = self.position if self.position is not None else shared
+      bias_fn = (None if bias_module is None or self.interface != positions_lib.BIAS else
+                 bias_module.bias_fn(causal=self.causal, distances_L=distances_L))
+      out_BxLxHxK = attend(qk_2xBxLxHxK[0], qk_2xBxLxHxK[1], qkv_TxBxLxHxK[2], positions_BxL,
+                           valid_BxL, causal=self.causal, bias_fn=bias_fn,
+                           query_chunk=self.query_chunk)
     return jnp.einsum("blhk,hkd->bld", out_BxLxHxK, self.out_HxKxD[...].astype(self.dtype))
 
 
@@ -195,8 +185,14 @@ def _zero_cotangent(x):
 
 
 def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, causal: bool,
-           alibi_slopes=None, query_chunk: int = 1024):
-  """Softmax attention with causal/padding masks and optional ALiBi biases.
+           bias_fn=None, query_chunk: int = 1024):
+  """Softmax attention with causal/padding masks and an optional logit bias.
+
+  `bias_fn(q_BxHxQxK, k_BxHxSxK, q_positions_BxQ, k_positions_BxS)` returns a
+  float32 bias broadcastable to the `[B, H, Q, S]` scores, added to the
+  *scaled* scores `q.k / sqrt(K)`; q and k reach it unscaled and heads-major,
+  per query chunk (positions may have a leading dim of 1). It may be
+  learnable: `softmax_attention` returns the bias's true gradient.
 
   On GPU/TPU this is `jax.nn.dot_product_attention` (cuDNN's fused kernel
   where it applies). On CPU it is `softmax_attention` on heads-major
@@ -213,8 +209,9 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
   """
   if jax.default_backend() != "cpu":
     bias = None
-    if alibi_slopes is not None:
-      bias = rope_lib.alibi_bias(positions_BxL, positions_BxL, alibi_slopes).astype(q_BxLxHxK.dtype)
+    if bias_fn is not None:
+      q_h, k_h = (jnp.swapaxes(x, 1, 2) for x in (q_BxLxHxK, k_BxLxHxK))
+      bias = bias_fn(q_h, k_h, positions_BxL, positions_BxL).astype(q_BxLxHxK.dtype)
     if not _cudnn_applies(q_BxLxHxK, bias):
       mask = None if valid_BxL is None else valid_BxL[:, None, None, :]
       return jax.nn.dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, bias=bias, mask=mask,
@@ -233,14 +230,18 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
     is_prefix_B = jnp.all(valid_BxL == (jnp.arange(valid_BxL.shape[-1]) < lengths_B[:, None]), -1)
     return jnp.where(is_prefix_B[:, None, None, None], out, jnp.nan)
   scale = jnp.asarray(q_BxLxHxK.shape[-1]**-0.5, q_BxLxHxK.dtype)
-  q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q_BxLxHxK * scale, k_BxLxHxK, v_BxLxHxK))
+  if bias_fn is None:
+    q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q_BxLxHxK * scale, k_BxLxHxK, v_BxLxHxK))
+  else:  # bias_fn sees the unscaled queries; each chunk is scaled in `block`
+    q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q_BxLxHxK, k_BxLxHxK, v_BxLxHxK))
   length = q.shape[2]
 
   def block(q_BxHxQxK, q_offset, q_pos_BxQ):
     bias = _mask_bias(q_offset, q_BxHxQxK.shape[2], length, valid_BxL, causal)
-    if alibi_slopes is not None:
-      alibi = rope_lib.alibi_bias(q_pos_BxQ, positions_BxL, alibi_slopes)
-      bias = alibi if bias is None else bias + alibi
+    if bias_fn is not None:
+      extra = bias_fn(q_BxHxQxK, k, q_pos_BxQ, positions_BxL).astype(jnp.float32)
+      bias = extra if bias is None else bias + extra
+      q_BxHxQxK = q_BxHxQxK * scale
     return softmax_attention(q_BxHxQxK, k, v, bias)
 
   if length <= query_chunk:
@@ -277,7 +278,8 @@ def softmax_attention(q_BxHxQxK, k_BxHxSxK, v_BxHxSxK, bias=None):
 
   `bias` (float32, broadcast against the `[B, H, Q, S]` scores) carries the
   masks as `MASKED` (finfo.min: a row with every key masked averages all
-  values) and ALiBi distances; it is not differentiated. Masking by adding
+  values) and position biases; its gradient is the score gradient summed to
+  its broadcast shape (XLA drops it as dead code for a constant bias). Masking by adding
   rather than selecting lets XLA:CPU fuse it with the score matmul and the
   softmax. The backward pass is written out (flash-attention style): the
   probabilities stay unnormalised, `e = exp(s - max)`, and the normalisation
@@ -312,8 +314,16 @@ def _softmax_attention_bwd(residuals, d_out):
   d_scores = (exp_scores * (d_probs - delta)).astype(q.dtype)
   d_q = jnp.einsum("bhqs,bhsk->bhqk", d_scores, k)
   d_k = _sum_over_queries(d_scores, q).astype(k.dtype)  # dS^T Q
-  d_bias = None if bias is None else jnp.zeros_like(bias)
+  d_bias = None if bias is None else _sum_to_shape(exp_scores * (d_probs - delta), bias.shape)
   return d_q, d_k, d_v, d_bias
+
+
+def _sum_to_shape(x, shape):
+  """`x` summed to `shape`, which broadcasts against it (numpy rules)."""
+  lead = x.ndim - len(shape)
+  x = jnp.sum(x, axis=tuple(range(lead))) if lead else x
+  axes = tuple(i for i, (a, b) in enumerate(zip(x.shape, shape)) if b == 1 and a != 1)
+  return jnp.sum(x, axis=axes, keepdims=True).astype(jnp.float32)
 
 
 softmax_attention.defvjp(_softmax_attention_fwd, _softmax_attention_bwd)

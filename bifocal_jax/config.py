@@ -16,6 +16,7 @@ import ml_collections
 
 from bifocal_jax import attention
 from bifocal_jax import model as model_lib
+from bifocal_jax import positions
 from bifocal_jax import tasks
 
 NAN_POLICIES = ("error", "skip")
@@ -156,6 +157,13 @@ def _check_model_and_position(config, task) -> int:
   position = config.position
   if position.kind not in attention.POSITION_KINDS:
     _fail("position.kind", position.kind, f"must be one of {attention.POSITION_KINDS}")
+  scheme = positions.get(position.kind)
+  try:
+    scheme.check_direction(causal=task.causal)
+    if scheme.check is not None:
+      scheme.check(position, num_heads=heads, head_dim=head_dim)
+  except ValueError as e:
+    raise ConfigError(f"config.{e} (task {config.task.name!r})") from None
   if position.layout not in ("half", "interleaved"):
     _fail("position.layout", position.layout, "must be 'half' or 'interleaved'")
   if not 0 < position.rotary_fraction <= 1:
@@ -165,7 +173,7 @@ def _check_model_and_position(config, task) -> int:
       attention.spectral_eyes(position, num_heads=heads, head_dim=head_dim)
     except ValueError as e:
       _reraise(e)
-  if position.kind == "randomized_rope":
+  if scheme.randomized:
     longest = max(task.max_sequence_length(s) for s in task.split_names)
     if position.max_position < longest:
       _fail("position.max_position", position.max_position,

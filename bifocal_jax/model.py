@@ -3,7 +3,10 @@
 Token embedding, `num_layers` blocks of (LayerNorm -> attention -> residual,
 LayerNorm -> GELU MLP -> residual), a final LayerNorm and an untied output
 head. Causal (decoder, next-token) or bidirectional (encoder, Chomsky tasks
-with output positions). Positional treatment lives in `attention.py`.
+with output positions). Positional treatment: `bifocal_jax/positions/` (the
+schemes), `attention.py` (the layer that applies them); here the model adds
+absolute embeddings at the input, holds the modules that all layers share,
+and draws randomized positions.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import numpy as np
 from flax import nnx
 
 from bifocal_jax import attention as attention_lib
+from bifocal_jax import positions as positions_lib
 from bifocal_jax import rope as rope_lib
+from bifocal_jax.positions import alibi as alibi_lib
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -76,8 +81,9 @@ class Block(nnx.Module):
     self.ln_mlp = LayerNorm(d)
     self.mlp = Mlp(d, mlp_dim, dtype=dtype, rngs=rngs)
 
-  def __call__(self, x_BxLxD, positions_BxL, valid_BxL):
-    x_BxLxD = x_BxLxD + self.attn(self.ln_attn(x_BxLxD), positions_BxL, valid_BxL)
+  def __call__(self, x_BxLxD, positions_BxL, valid_BxL, *, shared=None, distances_L=None):
+    x_BxLxD = x_BxLxD + self.attn(self.ln_attn(x_BxLxD), positions_BxL, valid_BxL, shared=shared,
+                                  distances_L=distances_L)
     return x_BxLxD + self.mlp(self.ln_mlp(x_BxLxD))
 
 
@@ -108,15 +114,22 @@ class Transformer(nnx.Module):
 
   def __init__(self, cfg: ml_collections.ConfigDict, position: ml_collections.ConfigDict, *,
                vocab_size: int, causal: bool, rngs: nnx.Rngs):
-    d, _, _, _ = resolved_dims(cfg)
+    d, heads, head_dim, _ = resolved_dims(cfg)
     self.dtype = compute_dtype(cfg)
     self.vocab_size, self.causal = vocab_size, causal
     self.position_kind = position.kind
+    scheme = positions_lib.get(position.kind)
+    scheme.check_direction(causal=causal)
+    self.randomize = scheme.randomize
     self.max_position = int(position.max_position)
     self.randomize_eval = bool(position.randomize_eval)
     self.embed_VxD = nnx.Param(
         jax.random.normal(rngs.params(), (vocab_size, d)) * d**-0.5,
         logical_axes=("vocab", "embed"))
+    dims = dict(d_model=d, num_heads=heads, head_dim=head_dim, causal=causal, rngs=rngs)
+    self.position_embedding = (None if scheme.embedding is None else scheme.embedding(
+        position, **dims))
+    self.position = None if scheme.shared is None else scheme.shared(position, **dims)
     self.blocks = nnx.List([
         Block(cfg, position, causal=causal, dtype=self.dtype, rngs=rngs)
         for _ in range(cfg.num_layers)
@@ -126,28 +139,55 @@ class Transformer(nnx.Module):
                                  logical_axes=("embed", "vocab"))
 
   def _randomizes(self, train: bool) -> bool:
-    return self.position_kind == "randomized_rope" and (train or self.randomize_eval)
+    return self.randomize != positions_lib.base.IN_ORDER and (train or self.randomize_eval)
 
   def positions(self, shape: tuple[int, int], rng: jax.Array | None, train: bool) -> jax.Array:
-    """`0 .. L-1`, or randomized positions for `randomized_rope` when a key is given."""
-    if self._randomizes(train):
+    """`0 .. L-1`, or the randomized positions of a randomized kind when a key
+    is given: per sequence (`randomized_rope`) or one draw shared by the batch
+    (`randomized_sin_cos`, `randomized_learnt`, as their source draws them)."""
+    if self._randomizes(train) and self.randomize != positions_lib.base.DISTANCES:
       if rng is None:
-        raise ValueError("position.kind='randomized_rope' needs an rng to draw positions")
+        raise ValueError(f"position.kind={self.position_kind!r} needs an rng to draw positions")
+      if self.randomize == positions_lib.base.PER_BATCH:
+        return jnp.broadcast_to(
+            rope_lib.randomized_positions(rng, (1, shape[1]), self.max_position), shape)
       return rope_lib.randomized_positions(rng, shape, self.max_position)
     return jnp.broadcast_to(jnp.arange(shape[1], dtype=jnp.int32), shape)
 
+  def distances(self, length: int, rng: jax.Array | None, train: bool) -> jax.Array | None:
+    """The randomized relative distances `[0, r_1 < ... < r_{L-1}]` of one call
+    (`randomized_relative`, `randomized_alibi`; one draw per batch), or None."""
+    if self.randomize != positions_lib.base.DISTANCES:
+      return None
+    if not self._randomizes(train):
+      return jnp.arange(length, dtype=jnp.int32)
+    if rng is None:
+      raise ValueError(f"position.kind={self.position_kind!r} needs an rng to draw distances")
+    return alibi_lib.draw_distances(rng, length, self.max_position)
+
   def __call__(self, tokens_BxL: jax.Array, valid_BxL: jax.Array | None = None, *,
-               positions_BxL: jax.Array | None = None, rng: jax.Array | None = None,
-               train: bool = False) -> jax.Array:
+               positions_BxL: jax.Array | None = None, distances_L: jax.Array | None = None,
+               rng: jax.Array | None = None, train: bool = False) -> jax.Array:
+    """Positions (and the randomized distances of `randomized_relative` and
+    `randomized_alibi`) are drawn from `rng` unless given; given positions
+    without distances mean in-order distances."""
     if positions_BxL is None:
       # In-order positions are shared by the batch ([1, L]), so every layer
       # computes its rotary angles once for all sequences.
       batch, length = tokens_BxL.shape
-      rows = batch if self._randomizes(train) else 1
+      rows = batch if (self._randomizes(train) and
+                       self.randomize == positions_lib.base.PER_SEQUENCE) else 1
       positions_BxL = self.positions((rows, length), rng, train)
+      if distances_L is None:
+        distances_L = self.distances(length, rng, train)
+    elif distances_L is None and self.randomize == positions_lib.base.DISTANCES:
+      distances_L = jnp.arange(tokens_BxL.shape[1], dtype=jnp.int32)
     x_BxLxD = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(self.dtype)
+    if self.position_embedding is not None:
+      x_BxLxD = x_BxLxD + self.position_embedding(positions_BxL).astype(self.dtype)
     for block in self.blocks:
-      x_BxLxD = block(x_BxLxD, positions_BxL, valid_BxL)
+      x_BxLxD = block(x_BxLxD, positions_BxL, valid_BxL, shared=self.position,
+                      distances_L=distances_L)
     x_BxLxD = self.ln_final(x_BxLxD)
     return (x_BxLxD @ self.unembed_DxV[...].astype(self.dtype)).astype(jnp.float32)
 

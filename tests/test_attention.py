@@ -139,8 +139,8 @@ def test_query_chunks_do_not_change_the_output(position_config):
 
 def test_alibi_slopes_are_a_buffer(position_config):
   layer = make_layer(position_config("alibi"))
-  assert not isinstance(layer.alibi_slopes, nnx.Param)
-  np.testing.assert_array_equal(layer.alibi_slopes[...], rope.alibi_slopes(HEADS))
+  assert not isinstance(layer.position.slopes, nnx.Param)
+  np.testing.assert_array_equal(layer.position.slopes[...], rope.alibi_slopes(HEADS))
 
 
 def test_bfloat16_compute(position_config):

@@ -1,0 +1,68 @@
+"""Position schemes: one module per family, one registry.
+
+Every `position.kind` is a `Scheme` (`base.py`): its interface (`none`,
+`absolute`, `rotary`, `bias`, `attention`), its source, whether it is defined
+for the causal decoder and/or the bidirectional encoder, how the model draws
+its positions, and builders for the modules it needs. The attention layer
+(`attention.py`) and the model (`model.py`) call only these builders and the
+module protocols that `base.py` documents.
+
+Adding a scheme is one file and one registry entry:
+  1. `bifocal_jax/positions/<family>.py`: the scheme's maths as pure functions,
+     a thin `nnx.Module` holding its parameters (if any) with the method its
+     interface asks for (`bias_fn`, `attend`, `__call__` for an embedding),
+     `SCHEMES = (base.Scheme(name, interface, source, ...),)`, and, for new
+     config keys, `CONFIG_KEYS = {"key": default}` (defaults must be None,
+     `ml_collections.config_dict.placeholder(type)`, meaning the source's
+     default, so that the configs of existing runs stay comparable).
+  2. this file: the module in `_FAMILIES`.
+Then add its test, `tests/test_positions_<family>.py`, and its README row.
+`POSITION_KINDS` (every valid `position.kind`) is derived from the registry.
+"""
+
+from __future__ import annotations
+
+from bifocal_jax.positions import absolute
+from bifocal_jax.positions import alibi
+from bifocal_jax.positions import base
+from bifocal_jax.positions import fire
+from bifocal_jax.positions import kerple
+from bifocal_jax.positions import relative
+from bifocal_jax.positions import rotary
+from bifocal_jax.positions import t5
+from bifocal_jax.positions.base import ABSOLUTE, ATTENTION, BIAS, NONE, ROTARY, Scheme
+
+_FAMILIES = (rotary, alibi, absolute, relative, t5, kerple, fire)
+
+SCHEMES: dict[str, Scheme] = {}
+for _family in _FAMILIES:
+  for _scheme in _family.SCHEMES:
+    if _scheme.name in SCHEMES:
+      raise ValueError(f"position kind {_scheme.name!r} registered twice")
+    SCHEMES[_scheme.name] = _scheme
+
+POSITION_KINDS = tuple(SCHEMES)
+
+
+def get(kind: str) -> Scheme:
+  """The scheme of `position.kind=kind`, or a ValueError naming the valid kinds."""
+  if kind not in SCHEMES:
+    raise ValueError(f"position.kind={kind!r}: must be one of {POSITION_KINDS}")
+  return SCHEMES[kind]
+
+
+def default_config_keys() -> dict:
+  """The config keys the families add to `position` (see `attention.default_position_config`)."""
+  keys = {}
+  for family in _FAMILIES:
+    for key, value in getattr(family, "CONFIG_KEYS", {}).items():
+      if key in keys:
+        raise ValueError(f"position.{key} defined by two families")
+      keys[key] = value
+  return keys
+
+
+__all__ = [
+    "ABSOLUTE", "ATTENTION", "BIAS", "NONE", "POSITION_KINDS", "ROTARY", "SCHEMES", "Scheme",
+    "base", "default_config_keys", "get"
+]

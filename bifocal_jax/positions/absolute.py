@@ -1,0 +1,3 @@
+"""absolute schemes (being written)."""
+
+SCHEMES = ()

@@ -1,0 +1,116 @@
+"""ALiBi (Press et al. 2022) and its randomized form (Ruoss et al. 2023).
+
+Decoder (causal): `-slope * (i - j)`, Press et al.'s causal ALiBi, the
+project's `alibi` as before.
+
+Encoder (bidirectional): the Chomsky-hierarchy benchmark's form
+(google-deepmind/neural_networks_chomsky_hierarchy,
+`models/positional_encodings.py: compute_alibi_encodings_biases`):
+`slope * (-|i - j| + 0.5 * [i > j])`, query i, key j: the 0.5 on keys to the
+left breaks the left/right symmetry. `position.alibi_offset` sets that 0.5
+(None: 0.5 in the encoder, 0 in the decoder; 0 in the encoder gives the
+symmetric `-slope * |i - j|` the project used before). Both sit on the
+*scaled* scores ("ALiBi encodings are not scaled with the 1 / sqrt(d_k)
+factor"), with the official implementation's slopes (`rope.alibi_slopes`).
+
+`randomized_alibi` (google-deepmind/randomized_positional_encodings,
+`compute_noisy_alibi_encodings_biases`, `randomize_both_sides=False`): the
+distance `|i - j|` is replaced by `r_{|i-j|}`, where `0 = r_0 < r_1 < ... <
+r_{L-1}` are sorted draws without replacement from `[1, max_position)`, one
+set per batch (also at evaluation, as their code draws them at every call):
+`slope * (-r_{|i-j|} + offset * [i > j])`. Their code is the encoder's; the
+decoder uses the same distances under the causal mask.
+"""
+
+from __future__ import annotations
+
+import jax
+import ml_collections
+import jax.numpy as jnp
+from flax import nnx
+
+from bifocal_jax import rope as rope_lib
+from bifocal_jax.positions import base
+
+ENCODER_OFFSET = 0.5  # the Chomsky-hierarchy benchmark's left/right symmetry breaker
+
+
+def resolved_offset(position, *, causal: bool) -> float:
+  offset = position.get("alibi_offset")
+  if offset is None:
+    return 0.0 if causal else ENCODER_OFFSET
+  return float(offset)
+
+
+def alibi_bias(q_positions_BxQ, k_positions_BxS, slopes_H, *, offset: float = 0.0) -> jax.Array:
+  """`slope * (-|i - j| + offset * [i > j])` as `[B, H, Q, S]` float32."""
+  bias = rope_lib.alibi_bias(q_positions_BxQ, k_positions_BxS, slopes_H)
+  if offset:
+    left = (q_positions_BxQ[..., :, None] > k_positions_BxS[..., None, :])[..., None, :, :]
+    bias = bias + jnp.where(left, jnp.float32(offset), 0.0) * jnp.asarray(
+        slopes_H, jnp.float32)[:, None, None]
+  return bias
+
+
+def randomized_alibi_bias(q_index_BxQ, k_index_BxS, distances_L, slopes_H, *,
+                          offset: float = 0.0) -> jax.Array:
+  """`slope * (-r_{|i-j|} + offset * [i > j])` as `[B, H, Q, S]` float32,
+  `r = distances_L` indexed by the index difference."""
+  diff = q_index_BxQ[..., :, None] - k_index_BxS[..., None, :]
+  r = jnp.take(distances_L.astype(jnp.float32), jnp.abs(diff), mode="clip")
+  slopes = jnp.asarray(slopes_H, jnp.float32)[:, None, None]
+  return slopes * (-r + offset * (diff > 0).astype(jnp.float32))[..., None, :, :]
+
+
+class AlibiBias(nnx.Module):
+  """Per-layer ALiBi slopes (a buffer, not trained)."""
+
+  def __init__(self, num_heads: int, *, offset: float, randomized: bool = False):
+    self.slopes = nnx.Variable(jnp.asarray(rope_lib.alibi_slopes(num_heads)))
+    self.offset = float(offset)
+    self.randomized = randomized
+
+  def bias_fn(self, *, causal: bool, distances_L=None) -> base.BiasFn:
+    del causal
+    slopes, offset = self.slopes[...], self.offset
+    if self.randomized and distances_L is not None:  # None: the in-order distances
+      return lambda q, k, qp, kp: randomized_alibi_bias(qp, kp, distances_L, slopes, offset=offset)
+    return lambda q, k, qp, kp: alibi_bias(qp, kp, slopes, offset=offset)
+
+
+def _layer(randomized):
+
+  def build(position, *, d_model, num_heads, head_dim, causal, rngs):
+    del d_model, head_dim, rngs
+    return AlibiBias(num_heads, offset=resolved_offset(position, causal=causal),
+                     randomized=randomized)
+
+  return build
+
+
+def draw_distances(key: jax.Array, length: int, max_position: int) -> jax.Array:
+  """`[0, r_1, ..., r_{L-1}]`: sorted draws without replacement from `[1, max_position)`
+  (`jrandom.choice(arange(1, noise_max_length), (L - 1,), replace=False)`, sorted)."""
+  if length > max_position:
+    raise ValueError(f"sequence length {length} exceeds position.max_position={max_position}")
+  if length <= 1:
+    return jnp.zeros((length,), jnp.int32)
+  u = jax.random.uniform(key, (max_position - 1,))
+  _, idx = jax.lax.top_k(u, length - 1)  # a uniform random subset
+  return jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.sort(idx).astype(jnp.int32) + 1])
+
+
+SCHEMES = (
+    base.Scheme(
+        "alibi", base.BIAS,
+        "Press et al. 2022 (decoder); the Chomsky-hierarchy benchmark's offset form "
+        "(encoder)", layer=_layer(False)),
+    base.Scheme("randomized_alibi", base.BIAS,
+                "Ruoss et al. 2023, compute_noisy_alibi_encodings_biases", layer=_layer(True),
+                randomize=base.DISTANCES),
+)
+
+CONFIG_KEYS = {
+    # the encoder's left/right offset (None: 0.5 in the encoder, 0 in the decoder)
+    "alibi_offset": ml_collections.config_dict.placeholder(float),
+}

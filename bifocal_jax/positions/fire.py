@@ -1,0 +1,3 @@
+"""fire schemes (being written)."""
+
+SCHEMES = ()

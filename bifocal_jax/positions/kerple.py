@@ -1,0 +1,3 @@
+"""kerple schemes (being written)."""
+
+SCHEMES = ()

@@ -1,0 +1,3 @@
+"""relative schemes (being written)."""
+
+SCHEMES = ()

@@ -1,0 +1,3 @@
+"""t5 schemes (being written)."""
+
+SCHEMES = ()
