@@ -16,6 +16,7 @@ import pytest
 from flax import nnx
 
 from bifocal_jax import attention
+from bifocal_jax import positions as positions_lib
 from bifocal_jax import rope
 
 D_MODEL, HEADS, HEAD_DIM, BATCH, SEQ = 16, 2, 8, 2, 6
@@ -23,7 +24,8 @@ D_MODEL, HEADS, HEAD_DIM, BATCH, SEQ = 16, 2, 8, 2, 6
 pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 # (test id, position.kind, overrides): every kind, and bifocal split both ways.
-CASES = [(kind, kind, {}) for kind in attention.POSITION_KINDS] + [
+# The layers here are bidirectional: the kinds defined for the encoder.
+CASES = [(kind, kind, {}) for kind in attention.POSITION_KINDS if positions_lib.get(kind).encoder] + [
     ("bifocal_pairs", "bifocal", {"split": "pairs"})]
 SPECTRAL_CASES = [case for case in CASES if case[1] in ("spectral", "bifocal")]
 
@@ -91,10 +93,14 @@ def test_output_depends_only_on_relative_positions(name, kind, overrides, positi
   x, positions, _ = inputs()
   out = output(layer, x, positions)
   offset = int(np.random.default_rng(3).integers(1, 1000))
+  if kind == "fope":  # its coefficients mix frequencies: absolute positions, not relative
+    assert np.max(np.abs(output(layer, x, positions + offset) - out)) > 1e-3
+    return
   np.testing.assert_allclose(output(layer, x, positions + offset), out, atol=1e-4)
-  # Control: stretching the distances changes the output, unless there are no positions.
+  # Control: stretching the distances changes the output, unless there are no positions
+  # (CoPE counts its positions from the gates and ignores positions_BxL).
   stretched = output(layer, x, 3 * positions)
-  if kind == "nope":
+  if kind in ("nope", "cope"):
     np.testing.assert_allclose(stretched, out, atol=1e-6)
   else:
     assert np.max(np.abs(stretched - out)) > 1e-3

@@ -67,7 +67,7 @@ def case():
 def make_fn(layer, causal=True, positions=None):
   def fn(tokens, valid, query_chunk):
     pos = jnp.arange(tokens["q"].shape[1])[None] if positions is None else positions
-    return layer(None, tokens["q"], tokens["k"], tokens["v"], pos, valid, causal=causal,
+    return layer.attend(None, tokens["q"], tokens["k"], tokens["v"], pos, valid, causal=causal,
                  query_chunk=query_chunk)
   return fn
 

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 from flax import nnx
 
+from bifocal_jax.positions import base
 from bifocal_jax.positions import query_chunks
 
 
@@ -82,8 +84,29 @@ class CoPE(nnx.Module):
     self.pos_emb_KxP = nnx.Param(jnp.zeros((head_dim, npos), jnp.float32),
                                  logical_axes=("head_dim", None))
 
-  def __call__(self, x_BxLxD, q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *,
-               causal: bool, query_chunk: int = 1024):
+  def attend(self, x_BxLxD, q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *,
+             causal: bool, query_chunk: int = 1024):
     del x_BxLxD
     return cope_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL,
                           pos_emb_KxP=self.pos_emb_KxP[...], causal=causal, query_chunk=query_chunk)
+
+
+def _layer(position, *, d_model, num_heads, head_dim, causal, rngs):
+  del d_model, num_heads, causal
+  if position.cope_npos is None:
+    raise ValueError("position.cope_npos=None: unresolved (state.build_model sets it to the "
+                     "training context length + 1; give it to build a layer alone)")
+  return CoPE(head_dim=head_dim, npos=int(position.cope_npos), rngs=rngs)
+
+
+SCHEMES = (base.Scheme(
+    "cope", base.ATTENTION,
+    "Golovneva et al. 2024, facebookresearch/RAM projects/cope context_position.py", layer=_layer),)
+
+CONFIG_KEYS = {
+    # the number of position embeddings (None: the training context length + 1, the
+    # source's block_size + 1); contextual positions are clamped at cope_npos - 1
+    "cope_npos": ml_collections.config_dict.placeholder(int),
+}
+# Keys resolved from the training context length when unset (`positions.with_context_length`).
+CONTEXT_KEYS = {"cope_npos": lambda length: length + 1}

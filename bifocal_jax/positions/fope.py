@@ -36,10 +36,11 @@ import math
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from flax import nnx
 
-from bifocal_jax import attention
+from bifocal_jax.positions import base
 
 
 def fope_frequencies(head_dim: int, *, base: float = 10_000.0, max_sequence_length: int,
@@ -80,6 +81,8 @@ def fope_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=Non
   """Softmax attention over FoPE-transformed queries and keys, `[B, L, H, K]` out."""
   cos, sin = fope_cos_sin(positions_BxL, frequencies_P, sin_coef_HxPxO, cos_coef_HxPxO,
                           q_BxLxHxK.shape[-1])
+  # attention imports positions, so this import waits for the first call.
+  from bifocal_jax import attention  # pylint: disable=g-import-not-at-top
   return attention.attend(apply_fope(q_BxLxHxK, cos, sin), apply_fope(k_BxLxHxK, cos,
                                                                       sin), v_BxLxHxK,
                           positions_BxL, valid_BxL, causal=causal, query_chunk=query_chunk)
@@ -133,11 +136,39 @@ class FoPE(nnx.Module):
     return fope_cos_sin(positions_BxL, self.frequencies[...], self.sin_coef_HxPxO[...],
                         self.cos_coef_HxPxO[...], self.head_dim)
 
-  def __call__(self, x_BxLxD, q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *,
-               causal: bool, query_chunk: int = 1024):
+  def attend(self, x_BxLxD, q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *,
+             causal: bool, query_chunk: int = 1024):
     del x_BxLxD
     return fope_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL,
                           frequencies_P=self.frequencies[...],
                           sin_coef_HxPxO=self.sin_coef_HxPxO[...],
                           cos_coef_HxPxO=self.cos_coef_HxPxO[...], causal=causal,
                           query_chunk=query_chunk)
+
+
+def _layer(position, *, d_model, num_heads, head_dim, causal, rngs):
+  del d_model, causal
+  if position.fope_max_length is None:
+    raise ValueError("position.fope_max_length=None: unresolved (state.build_model sets it to "
+                     "the training context length; give it to build a layer alone)")
+  gain = 0.3 if position.fope_init_gain is None else float(position.fope_init_gain)
+  return FoPE(num_heads=num_heads, head_dim=head_dim,
+              max_sequence_length=int(position.fope_max_length), base=position.base, init_gain=gain,
+              learnable=bool(position.fope_learnable), rngs=rngs)
+
+
+SCHEMES = (base.Scheme(
+    "fope", base.ATTENTION,
+    "Hua et al. 2024, yiju-zhao/Fourier-Position-Embedding olmo/model.py FourierEmbedding "
+    "(encoder: ours, the same per-token transform)", layer=_layer),)
+
+CONFIG_KEYS = {
+    # the frequency floor's length, floor = 2 pi / fope_max_length (None: the training
+    # context length, the source's max_sequence_length)
+    "fope_max_length": ml_collections.config_dict.placeholder(int),
+    # train the Fourier coefficients (None: False, the source's fourier_learnable)
+    "fope_learnable": ml_collections.config_dict.placeholder(bool),
+    # eye_xavier_norm gain (None: 0.3, the source's default and its 60M config)
+    "fope_init_gain": ml_collections.config_dict.placeholder(float),
+}
+CONTEXT_KEYS = {"fope_max_length": lambda length: length}

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from bifocal_jax.positions import base
 from bifocal_jax.positions import query_chunks
 
 
@@ -74,8 +75,20 @@ class FoX(nnx.Module):
     logit = jnp.einsum("bld,dh->blh", x_BxLxD.astype(jnp.float32), self.fgate_DxH[...])
     return jax.nn.log_sigmoid(logit + self.fgate_bias_H[...])
 
-  def __call__(self, x_BxLxD, q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *,
-               causal: bool, query_chunk: int = 1024):
+  def attend(self, x_BxLxD, q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *,
+             causal: bool, query_chunk: int = 1024):
     return fox_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL,
                          log_fgate_BxLxH=self.log_fgate(x_BxLxD), causal=causal,
                          query_chunk=query_chunk)
+
+
+def _layer(position, *, d_model, num_heads, head_dim, causal, rngs):
+  del position, head_dim, causal
+  return FoX(d_model=d_model, num_heads=num_heads, rngs=rngs)
+
+
+SCHEMES = (base.Scheme(
+    "fox", base.ATTENTION,
+    "Lin et al. 2025, zhixuan-lin/forgetting-transformer ForgettingAttentionLayer (base FoX)",
+    encoder=False, layer=_layer,
+    why_not="the forget gate decays along the causal past; its kernel is causal only"),)

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from bifocal_jax.positions import base
 from bifocal_jax.positions import query_chunks
 
 LOW_RANK = 32  # the source's `w_proj` bottleneck
@@ -158,9 +159,20 @@ class PaTH(nnx.Module):
     beta = 2.0 * jax.nn.sigmoid(x @ self.beta_DxH[...] + self.beta_bias_H[...])
     return w, beta
 
-  def __call__(self, x_BxLxD, q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *,
-               causal: bool, query_chunk: int = 1024):
+  def attend(self, x_BxLxD, q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *,
+             causal: bool, query_chunk: int = 1024):
     w, beta = self.reflections(x_BxLxD, valid_BxL)
     return path_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL, w_BxLxHxK=w,
                           beta_BxLxH=beta, causal=causal, query_chunk=query_chunk,
                           block_size=self.block_size)
+
+
+def _layer(position, *, d_model, num_heads, head_dim, causal, rngs):
+  del position, causal
+  return PaTH(d_model=d_model, num_heads=num_heads, head_dim=head_dim, rngs=rngs)
+
+
+SCHEMES = (base.Scheme("path", base.ATTENTION,
+                       "Yang et al. 2025, fla-org/flash-linear-attention fla/layers/path_attn.py",
+                       encoder=False, layer=_layer,
+                       why_not="the Householder products accumulate along the causal past"),)

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 from flax import nnx
 
+from bifocal_jax.positions import base
 from bifocal_jax.positions import query_chunks
 
 
@@ -75,9 +77,25 @@ class StickBreaking(nnx.Module):
     del rngs
     self.attend_current = attend_current
 
-  def __call__(self, x_BxLxD, q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *,
-               causal: bool, query_chunk: int = 1024):
+  def attend(self, x_BxLxD, q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *,
+             causal: bool, query_chunk: int = 1024):
     del x_BxLxD
     return stickbreaking_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL,
                                    causal=causal, attend_current=self.attend_current,
                                    query_chunk=query_chunk)
+
+
+def _layer(position, *, d_model, num_heads, head_dim, causal, rngs):
+  del d_model, num_heads, head_dim, causal
+  return StickBreaking(attend_current=bool(position.stickbreaking_attend_current), rngs=rngs)
+
+
+SCHEMES = (base.Scheme("stickbreaking", base.ATTENTION,
+                       "Tan et al. 2024, shawntan/stickbreaking-attention sb_ref.py", encoder=False,
+                       layer=_layer,
+                       why_not="the stick breaks from the nearest key along the causal past"),)
+
+CONFIG_KEYS = {
+    # let a query take a share of its own key (None: False, sb_attn's default)
+    "stickbreaking_attend_current": ml_collections.config_dict.placeholder(bool),
+}
