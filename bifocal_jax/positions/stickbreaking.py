@@ -55,7 +55,8 @@ def stickbreaking_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, vali
                                  strict=not attend_current)
     logits = jnp.einsum("bhqk,bhsk->bhqs", q_BxHxQxK, k, preferred_element_type=jnp.float32) * scale
     log_z = jax.nn.log_sigmoid(logits)
-    log_beta = jnp.where(mask, jax.nn.log_sigmoid(-logits), 0.0)
+    # log sigmoid(-z) = log sigmoid(z) - z: one transcendental pass over chunk x L, not two.
+    log_beta = jnp.where(mask, log_z - logits, 0.0)
     # sum_{l > j} log_beta_il: the inclusive reversed cumsum, shifted by one key.
     reversed_cumsum = jax.lax.cumsum(log_beta, axis=3, reverse=True)
     after_j = jnp.concatenate([reversed_cumsum[..., 1:],
