@@ -16,16 +16,16 @@ import pytest
 from flax import nnx
 
 from bifocal_jax import attention
-from bifocal_jax import positions as positions_lib
 from bifocal_jax import rope
 
 D_MODEL, HEADS, HEAD_DIM, BATCH, SEQ = 16, 2, 8, 2, 6
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")
 
-# (test id, position.kind, overrides): every kind, and bifocal split both ways.
-# The layers here are bidirectional: the kinds defined for the encoder.
-CASES = [(kind, kind, {}) for kind in attention.POSITION_KINDS if positions_lib.get(kind).encoder] + [
+# (test id, position.kind, overrides): every kind defined for the (bidirectional)
+# encoder, and bifocal split both ways.
+CASES = [(kind, kind, {}) for kind in attention.POSITION_KINDS
+         if attention.positions_lib.get(kind).encoder] + [
     ("bifocal_pairs", "bifocal", {"split": "pairs"})]
 SPECTRAL_CASES = [case for case in CASES if case[1] in ("spectral", "bifocal")]
 
@@ -97,10 +97,12 @@ def test_output_depends_only_on_relative_positions(name, kind, overrides, positi
     assert np.max(np.abs(output(layer, x, positions + offset) - out)) > 1e-3
     return
   np.testing.assert_allclose(output(layer, x, positions + offset), out, atol=1e-4)
-  # Control: stretching the distances changes the output, unless there are no positions
-  # (CoPE counts its positions from the gates and ignores positions_BxL).
+  # Control: stretching the distances changes the output, unless there are no
+  # positions in the layer (nope; absolute embeddings and biases shared by the
+  # layers live in the model; CoPE counts its positions from the gates).
   stretched = output(layer, x, 3 * positions)
-  if kind in ("nope", "cope"):
+  scheme = attention.positions_lib.get(kind)
+  if (scheme.rope is None and scheme.layer is None) or kind == "cope":
     np.testing.assert_allclose(stretched, out, atol=1e-6)
   else:
     assert np.max(np.abs(stretched - out)) > 1e-3

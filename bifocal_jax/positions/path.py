@@ -174,9 +174,9 @@ class PaTH(nnx.Module):
     self.w_down_DxR = nnx.Param(init(rngs.params(), (d_model, LOW_RANK), jnp.float32),
                                 logical_axes=("embed", None))
     self.w_up_RxF = nnx.Param(init(rngs.params(), (LOW_RANK, width), jnp.float32),
-                              logical_axes=(None, "heads_x_head_dim"))
+                              logical_axes=(None, None))
     self.w_conv_WxF = nnx.Param(init(rngs.params(), (CONV_SIZE, width), jnp.float32),
-                                logical_axes=(None, "heads_x_head_dim"))
+                                logical_axes=(None, None))
     self.beta_DxH = nnx.Param(init(rngs.params(), (d_model, num_heads), jnp.float32),
                               logical_axes=("embed", "heads"))
     self.beta_bias_H = nnx.Param(jnp.zeros((num_heads,), jnp.float32), logical_axes=("heads",))

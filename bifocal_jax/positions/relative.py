@@ -1,3 +1,131 @@
-"""relative schemes (being written)."""
+"""Transformer-XL relative encodings (Dai et al. 2019) as the Chomsky-hierarchy
+benchmark implements them, and their randomized form (Ruoss et al. 2023).
 
-SCHEMES = ()
+Source: `compute_attention_with_relative_encodings` and
+`compute_attention_with_noisy_relative_encodings` in
+google-deepmind/neural_networks_chomsky_hierarchy and
+google-deepmind/randomized_positional_encodings, `models/positional_encodings.py`.
+Per layer, with `R_t = W_R s(t)` (`s` the sin/cos encoding of width
+`H * K`, `W_R` a bias-free linear map reshaped to heads):
+
+    logit(i, j) = ((q_i + u) . k_j + (q_i + v) . R_{rel(i, j)}) / sqrt(K)
+
+so here the bias is `(u . k_j + (q_i + v) . R_{rel(i,j)}) / sqrt(K)` on the
+scaled scores. `u` (`relpos_contentbias`) and `v` (`relpos_relativebias`) are
+`[H, K]`, initialised N(0, 0.02); `W_R` as `hk.Linear`'s default (a normal
+truncated at 2 stddev, stddev `1/sqrt(H K)`); `max_time` 10,000. Their
+"relative shift" (the Transformer-XL skew of the `[Q, 2L]` logits) is a
+gather here: query chunk `i` reads column `rel(i, j)` of `(q_i + v) . R`.
+
+- `relative`: `rel = i - j`, the benchmark's bidirectional encoder (its
+  `_rel_shift_inner` on `pos_seq = arange(L, -L, -1)`). In the decoder, `rel =
+  i - j` as in Transformer-XL (their causal branch reads `s(i - j + 1)`,
+  which a learnt `W_R` maps to the same functions: `s(t + 1)` is a fixed
+  rotation of `s(t)`).
+- `randomized_relative` (NOISY_RELATIVE, `randomize_both_sides=False`): the
+  distance `d = j - i` (their convention) is replaced by `sign(d) r_|d|`, with
+  `0 = r_0 < r_1 < ... < r_{L-1}` sorted draws without replacement from
+  `[1, max_position)`, one set per batch, at every call. Their code refuses
+  causal attention (NotImplementedError): encoder only. Their released code
+  looks the encodings up in a table of positions `0 .. max_position-1` at
+  index `sign(d) r_|d| + max_position`, past its end for `d >= 0` (JAX clamps
+  the index), so every key at or right of the query gets `s(max_position - 1)`:
+  issue #2 of that repository, whose maintainers posted the fix (the table
+  covers `[-max_position, max_position)`, so the index lands on
+  `s(sign(d) r_|d|)`). The fix is the default;
+  `position.released_noisy_relative=True` reproduces the released lookup,
+  which produced the paper's published numbers.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from bifocal_jax.positions import absolute
+from bifocal_jax.positions import base
+
+
+def relative_logits(q_BxHxQxK, k_BxHxSxK, rel_index_BxQxS, r_RxHxK, u_HxK, v_HxK) -> jax.Array:
+  """`(u . k_j + (q_i + v) . R[rel_index(i, j)]) / sqrt(K)`, `[B, H, Q, S]` float32."""
+  scale = q_BxHxQxK.shape[-1]**-0.5
+  q = q_BxHxQxK.astype(jnp.float32)
+  content = jnp.einsum("hk,bhsk->bhs", u_HxK, k_BxHxSxK.astype(jnp.float32))[:, :, None, :]
+  position = jnp.einsum("bhqk,rhk->bhqr", q + v_HxK[:, None, :], r_RxHxK)  # [B, H, Q, R]
+  index = jnp.broadcast_to(rel_index_BxQxS[:, None],
+                           position.shape[:3] + rel_index_BxQxS.shape[-1:])
+  position = jnp.take_along_axis(position, index, axis=-1, mode="clip")
+  return (content + position) * scale
+
+
+class RelativeBias(nnx.Module):
+  """One layer's `u`, `v` and `W_R` (Transformer-XL, as the benchmark)."""
+
+  def __init__(self, num_heads: int, head_dim: int, *, max_time: float, randomized: bool = False,
+               released_lookup: bool = False, max_position: int = 0, rngs: nnx.Rngs):
+    hidden = num_heads * head_dim
+    normal = jax.nn.initializers.normal(0.02)
+    self.u_HxK = nnx.Param(normal(rngs.params(), (num_heads, head_dim)))  # relpos_contentbias
+    self.w_r = nnx.Param(  # hk.Linear(hidden, with_bias=False), default init
+        jax.random.truncated_normal(rngs.params(), -2.0, 2.0,
+                                    (hidden, hidden), jnp.float32) * hidden**-0.5)
+    self.v_HxK = nnx.Param(normal(rngs.params(), (num_heads, head_dim)))  # relpos_relativebias
+    self.num_heads, self.head_dim, self.max_time = num_heads, head_dim, float(max_time)
+    self.randomized, self.released_lookup = randomized, released_lookup
+    self.max_position = int(max_position)
+
+  def encodings(self, values_R) -> jax.Array:
+    """`R = W_R s(values)` as `[R, H, K]`."""
+    hidden = self.num_heads * self.head_dim
+    if self.released_lookup:  # issue #2: a table of positions 0 .. max_position-1 only
+      values_R = jnp.clip(values_R + self.max_position, 0, self.max_position - 1)
+    s = absolute.sinusoid(values_R, hidden, self.max_time)
+    return (s @ self.w_r[...]).reshape(-1, self.num_heads, self.head_dim)
+
+  def bias_fn(self, *, causal: bool, distances_L=None) -> base.BiasFn:
+    del causal
+    u, v = self.u_HxK[...], self.v_HxK[...]
+
+    def fn(q, k, qp, kp):
+      length = k.shape[2]
+      offsets = jnp.arange(-(length - 1), length)  # d = i - j, column d + L - 1
+      if self.randomized:
+        r = jnp.arange(length) if distances_L is None else distances_L
+        d = -offsets  # their d = j - i
+        values = jnp.sign(d) * jnp.take(r, jnp.abs(d), mode="clip")
+      else:
+        values = offsets
+      rel_index = (qp[..., :, None] - kp[..., None, :]) + (length - 1)
+      return relative_logits(q, k, rel_index, self.encodings(values), u, v)
+
+    return fn
+
+
+def _layer(randomized):
+
+  def build(position, *, d_model, num_heads, head_dim, causal, rngs):
+    del d_model, causal
+    return RelativeBias(
+        num_heads, head_dim, max_time=absolute.resolved_max_time(position), randomized=randomized,
+        released_lookup=randomized and bool(position.get("released_noisy_relative")),
+        max_position=int(position.max_position), rngs=rngs)
+
+  return build
+
+
+SOURCE = "models/positional_encodings.py: compute_attention_with_relative_encodings"
+SCHEMES = (
+    base.Scheme("relative", base.BIAS, f"Dai et al. 2019 (Transformer-XL); Chomsky benchmark, "
+                f"{SOURCE}", layer=_layer(False)),
+    base.Scheme("randomized_relative", base.BIAS,
+                "Ruoss et al. 2023, compute_attention_with_noisy_relative_encodings",
+                layer=_layer(True), randomize=base.DISTANCES, decoder=False,
+                why_not="their code raises NotImplementedError for causal attention"),
+)
+
+CONFIG_KEYS = {
+    # randomized_relative: the released code's table lookup (issue #2) instead of the fix
+    "released_noisy_relative": ml_collections.config_dict.placeholder(bool),
+}

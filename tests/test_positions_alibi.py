@@ -1,0 +1,79 @@
+"""ALiBi and randomized ALiBi (`bifocal_jax/positions/alibi.py`) against a
+float64 numpy reference and against the benchmark's own Haiku code
+(vendored in `tests/vendor/`)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bifocal_jax import rope
+from bifocal_jax.positions import alibi
+from vendor import chomsky_positional_encodings as chomsky
+from vendor import randomized_positional_encodings as randomized
+
+HEADS, L = 4, 7
+
+
+def reference(distance_fn, slopes, offset, length=L):
+  """float64: `slope * (-r(|i - j|) + offset * [i > j])` as [H, L, L]."""
+  out = np.zeros((len(slopes), length, length))
+  for h, slope in enumerate(np.asarray(slopes, np.float64)):
+    for i in range(length):
+      for j in range(length):
+        out[h, i, j] = slope * (-distance_fn(abs(i - j)) + offset * (i > j))
+  return out
+
+
+def test_decoder_alibi_is_press_et_al():
+  pos = jnp.arange(L)[None]
+  got = alibi.alibi_bias(pos, pos, rope.alibi_slopes(HEADS), offset=0.0)[0]
+  np.testing.assert_allclose(got, reference(float, rope.alibi_slopes(HEADS), 0.0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("heads", [4, 6, 8])
+def test_encoder_alibi_equals_the_chomsky_benchmark(heads):
+  pos = jnp.arange(L)[None]
+  got = alibi.alibi_bias(pos, pos, rope.alibi_slopes(heads), offset=alibi.ENCODER_OFFSET)[0]
+  theirs = np.asarray(chomsky.compute_alibi_encodings_biases((heads, L, L)))
+  np.testing.assert_allclose(got, theirs, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(got, reference(float, rope.alibi_slopes(heads), 0.5), rtol=1e-6)
+
+
+def test_offset_defaults(position_config):
+  assert alibi.resolved_offset(position_config("alibi"), causal=False) == 0.5
+  assert alibi.resolved_offset(position_config("alibi"), causal=True) == 0.0
+  assert alibi.resolved_offset(position_config("alibi", alibi_offset=0.0), causal=False) == 0.0
+
+
+def _patched_choice(monkeypatch, module, values):
+  """Their `jrandom.choice(..., replace=False)` returns `values` (shuffled: they sort)."""
+  shuffled = np.random.default_rng(0).permutation(np.asarray(values))
+
+  class Random:
+    choice = staticmethod(lambda *a, shape, **k: jnp.asarray(shuffled[:shape[0]]))
+
+  monkeypatch.setattr(module, "jrandom", Random)
+
+
+def test_randomized_alibi_equals_their_noisy_alibi(monkeypatch):
+  rng = np.random.default_rng(1)
+  r = np.concatenate([[0], np.sort(rng.choice(np.arange(1, 100), L - 1, replace=False))])
+  _patched_choice(monkeypatch, randomized, r[1:])
+  import haiku as hk
+  theirs = hk.transform(lambda: randomized.compute_noisy_alibi_encodings_biases(
+      (HEADS, L, L), noise_max_length=100)).apply({}, jax.random.key(0))
+  idx = jnp.arange(L)[None]
+  got = alibi.randomized_alibi_bias(idx, idx, jnp.asarray(r), rope.alibi_slopes(HEADS),
+                                    offset=0.5)[0]
+  np.testing.assert_allclose(got, theirs, rtol=1e-6, atol=1e-5)
+  np.testing.assert_allclose(got, reference(lambda d: r[d], rope.alibi_slopes(HEADS), 0.5),
+                             rtol=1e-6, atol=1e-5)
+
+
+def test_drawn_distances_are_sorted_distinct_and_in_range():
+  d = np.asarray(alibi.draw_distances(jax.random.key(3), 50, 64))
+  assert d[0] == 0 and np.all(np.diff(d) > 0) and d[-1] < 64
+  assert not np.array_equal(d, np.asarray(alibi.draw_distances(jax.random.key(4), 50, 64)))
+  with pytest.raises(ValueError, match="max_position=8"):
+    alibi.draw_distances(jax.random.key(0), 9, 8)

@@ -1,0 +1,1 @@
+"""Third-party reference code, vendored unchanged with its license and attribution."""
