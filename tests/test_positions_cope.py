@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import helpers
 import position_checks as checks
+from bifocal_jax import state as state_lib
+from bifocal_jax import tasks
 from bifocal_jax.positions import cope
 
 NPOS = 6  # small, so that counts are clamped within the test's 13 tokens
@@ -107,3 +110,14 @@ def test_module_starts_at_zero_embeddings():
   assert not np.any(np.asarray(layer.pos_emb_KxP[...]))
   with pytest.raises(ValueError, match="cope: npos"):
     cope.CoPE(head_dim=8, npos=1)
+
+
+def test_build_model_sets_npos_from_the_training_context():
+  config = helpers.tiny_config({"position.kind": "cope"})
+  task = tasks.get_task(config.task)
+  model = nnx.eval_shape(lambda: state_lib.build_model(config, task))
+  assert model.blocks[0].attn.position.pos_emb_KxP.shape[-1] == task.max_sequence_length("train") + 1
+  assert config.position.cope_npos is None  # the stored config keeps "the source's default"
+  config.position.cope_npos = 7  # a given value is kept
+  model = nnx.eval_shape(lambda: state_lib.build_model(config, task))
+  assert model.blocks[0].attn.position.pos_emb_KxP.shape[-1] == 7

@@ -7,7 +7,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import helpers
 import position_checks as checks
+from bifocal_jax import state as state_lib
+from bifocal_jax import tasks
 from bifocal_jax.positions import fope
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")
@@ -133,3 +136,11 @@ def test_gradients_finite(case):
 def test_padding(case, causal):
   rng, tokens, layer = case
   checks.check_padding(make_fn(layer, causal), tokens, checks.right_padding([13, 8]), rng)
+
+
+def test_build_model_sets_the_floor_from_the_training_context():
+  config = helpers.tiny_config({"position.kind": "fope"})
+  task = tasks.get_task(config.task)
+  model = nnx.eval_shape(lambda: state_lib.build_model(config, task))
+  want = fope.fope_frequencies(8, max_sequence_length=task.max_sequence_length("train"))
+  assert model.blocks[0].attn.position.frequencies.shape == want.shape
