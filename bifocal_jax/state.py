@@ -27,6 +27,7 @@ from flax import nnx
 
 from bifocal_jax import model as model_lib
 from bifocal_jax import optim
+from bifocal_jax import positions
 from bifocal_jax import sharding as sharding_lib
 from bifocal_jax import tasks
 
@@ -34,7 +35,8 @@ from bifocal_jax import tasks
 def build_model(config: ml_collections.ConfigDict, task, *, seed: int | jax.Array | None = None):
   """The model, initialised from `seed` (default `config.seed`; a key array
   works too, traced ones included: `population` vmaps this over seeds)."""
-  return model_lib.Transformer(config.model, config.position, vocab_size=task.vocab_size,
+  position = positions.with_context_length(config.position, task.max_sequence_length("train"))
+  return model_lib.Transformer(config.model, position, vocab_size=task.vocab_size,
                                causal=task.causal,
                                rngs=nnx.Rngs(config.seed if seed is None else seed))
 

@@ -4,6 +4,7 @@ import jax
 import pytest
 
 from bifocal_jax import attention
+from bifocal_jax import positions
 
 
 @pytest.fixture
@@ -13,7 +14,8 @@ def position_config():
     position = attention.default_position_config()
     position.kind = kind
     position.update(overrides)
-    return position
+    # CoPE's and FoPE's context-length keys, as build_model would resolve them
+    return positions.with_context_length(position, 64)
   return make
 
 

@@ -93,13 +93,16 @@ def test_output_depends_only_on_relative_positions(name, kind, overrides, positi
   x, positions, _ = inputs()
   out = output(layer, x, positions)
   offset = int(np.random.default_rng(3).integers(1, 1000))
+  if kind == "fope":  # its coefficients mix frequencies: absolute positions, not relative
+    assert np.max(np.abs(output(layer, x, positions + offset) - out)) > 1e-3
+    return
   np.testing.assert_allclose(output(layer, x, positions + offset), out, atol=1e-4)
   # Control: stretching the distances changes the output, unless there are no
   # positions in the layer (nope; absolute embeddings and biases shared by the
-  # layers live in the model).
+  # layers live in the model; CoPE counts its positions from the gates).
   stretched = output(layer, x, 3 * positions)
   scheme = attention.positions_lib.get(kind)
-  if scheme.rope is None and scheme.layer is None:
+  if (scheme.rope is None and scheme.layer is None) or kind == "cope":
     np.testing.assert_allclose(stretched, out, atol=1e-6)
   else:
     assert np.max(np.abs(stretched - out)) > 1e-3

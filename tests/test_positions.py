@@ -27,7 +27,8 @@ ENCODER_KINDS = [k for k in KINDS if positions.get(k).encoder]
 def test_the_registry_has_the_kinds_and_the_one_list():
   issue = ("nope", "rope", "partial_rope", "randomized_rope", "alibi", "spectral", "bifocal",
            "sin_cos", "learnt", "relative", "randomized_sin_cos", "randomized_learnt",
-           "randomized_relative", "randomized_alibi", "t5", "kerple_log", "kerple_power", "fire")
+           "randomized_relative", "randomized_alibi", "t5", "kerple_log", "kerple_power", "fire",
+           "cope", "fox", "stickbreaking", "path", "fope")
   assert set(issue) <= set(KINDS)
   assert attention.POSITION_KINDS == KINDS
   for kind in KINDS:
@@ -42,7 +43,10 @@ def test_the_registry_has_the_kinds_and_the_one_list():
 
 @pytest.mark.parametrize("kind, config_file", [("kerple_log", "reverse_string.py"),
                                                ("fire", "odds_first.py"),
-                                               ("randomized_relative", "dyck.py")])
+                                               ("randomized_relative", "dyck.py"),
+                                               ("fox", "reverse_string.py"),
+                                               ("stickbreaking", "odds_first.py"),
+                                               ("path", "reverse_string.py")])
 def test_a_kind_is_refused_in_one_line_where_its_source_does_not_define_it(kind, config_file):
   config = config_lib.load_file(helpers.ROOT / "configs" / config_file, "tiny")
   config.position.kind = kind

@@ -25,14 +25,21 @@ from __future__ import annotations
 from bifocal_jax.positions import absolute
 from bifocal_jax.positions import alibi
 from bifocal_jax.positions import base
+from bifocal_jax.positions import cope
 from bifocal_jax.positions import fire
+from bifocal_jax.positions import fope
+from bifocal_jax.positions import fox
 from bifocal_jax.positions import kerple
+from bifocal_jax.positions import path
 from bifocal_jax.positions import relative
 from bifocal_jax.positions import rotary
+from bifocal_jax.positions import stickbreaking
 from bifocal_jax.positions import t5
 from bifocal_jax.positions.base import ABSOLUTE, ATTENTION, BIAS, NONE, ROTARY, Scheme
 
 _FAMILIES = (rotary, alibi, absolute, relative, t5, kerple, fire)
+# Data-dependent attention (interface `attention`), and FoPE.
+_FAMILIES += (cope, fox, stickbreaking, path, fope)
 
 SCHEMES: dict[str, Scheme] = {}
 for _family in _FAMILIES:
@@ -62,7 +69,20 @@ def default_config_keys() -> dict:
   return keys
 
 
+def with_context_length(position, length: int):
+  """`position` with the keys that default to the training context length
+  (a family's `CONTEXT_KEYS`: CoPE's `cope_npos`, FoPE's `fope_max_length`)
+  filled in where unset; `state.build_model` calls it with the task's
+  longest training sequence. Returns a copy; set keys are kept."""
+  resolved = position.copy_and_resolve_references()
+  for family in _FAMILIES:
+    for key, from_length in getattr(family, "CONTEXT_KEYS", {}).items():
+      if resolved.get(key) is None:
+        resolved[key] = from_length(int(length))
+  return resolved
+
+
 __all__ = [
     "ABSOLUTE", "ATTENTION", "BIAS", "NONE", "POSITION_KINDS", "ROTARY", "SCHEMES", "Scheme",
-    "base", "default_config_keys", "get"
+    "base", "default_config_keys", "get", "with_context_length"
 ]
