@@ -315,6 +315,11 @@ class PopulationRun:
   def source(self) -> None:
     return None
 
+  def checkpoint_steps(self, budget: int) -> tuple[int, ...]:
+    """Populations are evaluated at their end only (`Run.checkpoint_steps`)."""
+    del budget
+    return ()
+
   def members(self) -> list[Run]:
     """In the trainer's order (`bifocal_jax.population.members`: seed-major)."""
     out = []
