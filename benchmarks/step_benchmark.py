@@ -5,6 +5,7 @@ the data pipeline against the step, and compile time.
   python benchmarks/step_benchmark.py --configs=default --rounds=15
   python benchmarks/step_benchmark.py --out=benchmarks/results/step.json
   python benchmarks/step_benchmark.py --configs=smoke          # seconds (tests)
+  python benchmarks/step_benchmark.py --kinds=all --rounds=5   # every position kind / rope
 
 Configs: `default` is `configs/dyck.py` as it stands; `large` is the same
 with width 256, 8 heads, 4 layers and sequences of 256 tokens (Dyck strings
@@ -19,6 +20,9 @@ medians and median ratios are reported, with wall and CPU time):
                    with a textbook step (`plain_flax.py`);
   peak             float32 `jnp.dot`s, 2048^3 and 8192x256x1024: the faster
                    is the matmul peak.
+  --kinds          further `position.kind`s (or `all`: every kind the Dyck
+                   decoder defines), each timed in the same interleaved
+                   rounds and reported as its median step time over rope's.
 Model FLOPs utilisation (MFU) = `model.flops_per_token` x tokens (padded
 length) per step / step time / peak. The data pipeline (`train_dataset`, the
 config's buckets) is timed on one pinned core, as `data_throughput.py` does,
@@ -59,6 +63,17 @@ _ROUNDS = flags.DEFINE_integer("rounds", 7, "Interleaved timing rounds.", lower_
 _PEAK_SCALE = flags.DEFINE_float("peak_scale", 1.0, "Scale of the peak matmuls' sizes.")
 _DATA_STEPS = flags.DEFINE_integer("data_steps", 50, "Batches per pipeline timing.", lower_bound=1)
 _OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
+_KINDS = flags.DEFINE_list("kinds", [], "Further position kinds to time against rope ('all': "
+                           "every kind the decoder defines).")
+
+
+def extra_kinds(names) -> tuple[str, ...]:
+  from bifocal_jax import positions  # pylint: disable=g-import-not-at-top
+  if list(names) == ["all"]:
+    names = [k for k in positions.POSITION_KINDS if positions.get(k).decoder]
+  for name in names:
+    positions.get(name)  # a ValueError naming the valid kinds
+  return tuple(k for k in names if k not in ("bifocal", "rope"))
 
 
 def dyck_config(name: str):
@@ -112,7 +127,8 @@ def pipeline_seconds_per_batch(task, batch_size: int, buckets, *, steps: int) ->
   return seconds / steps
 
 
-def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int) -> dict:
+def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
+                 kinds: tuple[str, ...] = ()) -> dict:
   base = dyck_config(name)
   task = tasks.get_task(base.task)
   buckets = tuple(base.buckets) or pipeline.length_buckets(task.max_sequence_length("train"))
@@ -124,7 +140,7 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int) 
   candidates, compile_seconds = {}, {}
   with jax.set_mesh(mesh):
     batch = steps_lib.to_global_batch(next(batch_iter), mesh)
-    for kind in ("bifocal", "rope"):
+    for kind in ("bifocal", "rope", *kinds):
       c = base.copy_and_resolve_references()
       c.position.kind = kind
       s, state = state_lib.setup(c, mesh, task=task)
@@ -140,7 +156,7 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int) 
     for step in candidates.values():  # warm up (first runs allocate)
       jax.block_until_ready(step())
     load_before = bench_util.load_average()
-    calls = {k: 1 if name == "large" and k in ("bifocal", "rope", "flax") else 3
+    calls = {k: 1 if name == "large" and k in ("bifocal", "rope", "flax", *kinds) else 3
              for k in candidates}
     times = bench_util.interleave(candidates, repeats=rounds, calls=calls)
   pipeline_seconds = pipeline_seconds_per_batch(task, base.batch_size, buckets, steps=data_steps)
@@ -167,7 +183,9 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int) 
       flax_over_bifocal=ratio("flax", "bifocal"), flax_over_rope=ratio("flax", "rope"),
       pipeline_seconds_per_batch=pipeline_seconds,
       pipeline_over_step=steps["bifocal"]["seconds"] / pipeline_seconds,
-      load_average=[load_before, bench_util.load_average()], rounds=rounds)
+      load_average=[load_before, bench_util.load_average()], rounds=rounds,
+      kinds_over_rope={k: ratio(k, "rope") for k in kinds},
+      kind_step_seconds={k: bench_util.median(times[k]["wall"]) for k in kinds})
 
 
 def report(results: list[dict]) -> str:
@@ -184,17 +202,25 @@ def report(results: list[dict]) -> str:
         f"{s['bifocal']['mfu']:.0%} / {s['rope']['mfu']:.0%} / {s['flax']['mfu']:.0%}",
         f"{r['flax_over_bifocal']:.2f}x", f"{r['pipeline_over_step']:.0f}x",
         f"{s['bifocal']['compile_seconds']:.1f}"])
-  return bench_util.markdown_table(
+  table = bench_util.markdown_table(
       ["config", "model", "step ms: bifocal / rope / flax", "bifocal / rope",
        "peak GFLOP/s", "MFU: bifocal / rope / flax", "ours / flax throughput",
        "pipeline / step", "compile s"], rows)
+  kinds = [k for k in results[0].get("kinds_over_rope", {})] if results else []
+  if not kinds:
+    return table
+  kind_rows = [[k] + [f"{r['kind_step_seconds'][k] * 1e3:.0f} ms, {r['kinds_over_rope'][k]:.2f}x"
+                      for r in results] for k in kinds]
+  return table + "\n\n" + bench_util.markdown_table(
+      ["kind (step, median ratio to rope)"] + [r["config"] for r in results], kind_rows)
 
 
 def main(argv):
   del argv
   machine = bench_util.machine()
+  kinds = extra_kinds(_KINDS.value)
   results = [bench_config(name, rounds=_ROUNDS.value, peak_scale=_PEAK_SCALE.value,
-                          data_steps=_DATA_STEPS.value) for name in _CONFIGS.value]
+                          data_steps=_DATA_STEPS.value, kinds=kinds) for name in _CONFIGS.value]
   print(f"{machine['cpu']}, {machine['cores']} cores, jax {machine['jax']}, {machine['date']}; "
         f"load average before/after each config: {[r['load_average'] for r in results]}")
   print(report(results))

@@ -7,7 +7,8 @@ Kinds (see `POSITION_KINDS`):
                    `rope_proportion`), the rest position-free.
   randomized_rope  geometric RoPE over randomized positions (Ruoss et al.
                    2023): the model draws the positions (see `model.py`).
-  alibi            linear distance biases (Press et al. 2022).
+  alibi            linear distance biases (Press et al. 2022; in the encoder with
+                   the Chomsky-hierarchy benchmark's left/right offset).
   spectral         every head has its own trainable spectrum.
   bifocal          geometric eyes + spectral eyes, split by heads or pairs.
 

@@ -1,9 +1,8 @@
 """Every `position.kind` of the registry (`bifocal_jax/positions/`): the names
 the issue asks for, refusal where the source does not define a kind,
-causality in the decoder, the learnable bias's gradient through `attend`,
-a few training steps on Dyck and on a Chomsky-hierarchy task, exact resume,
-and 8 sharded devices against one."""
-
+causality in the decoder with drawn positions, and the learnable bias's
+gradient through `attend`. Training, resume and sharding of the kinds:
+`test_positions_train.py`."""
 
 import jax
 import jax.numpy as jnp
@@ -17,11 +16,6 @@ from bifocal_jax import attention
 from bifocal_jax import config as config_lib
 from bifocal_jax import model as model_lib
 from bifocal_jax import positions
-from bifocal_jax import sharding as sharding_lib
-from bifocal_jax import state as state_lib
-from bifocal_jax import steps
-from bifocal_jax import train
-from bifocal_jax.tasks import pipeline
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")
 
@@ -121,83 +115,3 @@ def test_attend_returns_the_true_gradient_of_a_learnable_bias():
   for name, got, want in zip("qkvw", jax.grad(loss(ours), argnums=(0, 1, 2, 3))(q, k, v, w),
                              jax.grad(loss(reference), argnums=(0, 1, 2, 3))(q, k, v, w)):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"d{name}")
-
-
-def _losses(config, num_steps):
-  mesh = sharding_lib.make_mesh(config.mesh)
-  with jax.set_mesh(mesh):
-    s, state = state_lib.setup(config, mesh)
-    step_fn = steps.make_train_step(s)
-    data = iter(pipeline.train_dataset(s.task, batch_size_per_process=config.batch_size,
-                                       seed=config.seed, buckets=tuple(config.buckets)))
-    out = []
-    for _ in range(num_steps):
-      state, m = step_fn(state, steps.to_global_batch(next(data), mesh))
-      out.append(float(m["loss"]))
-  return np.asarray(out)
-
-
-def _config(config_file, kind, **overrides):
-  config = config_lib.load_file(helpers.ROOT / "configs" / config_file, "tiny")
-  config.position.kind = kind
-  config.position.max_position = 256
-  config.warmup_steps, config.learning_rate = 0, 3e-3
-  for key, value in overrides.items():
-    *parents, name = key.split(".")
-    node = config
-    for parent in parents:
-      node = node[parent]
-    node[name] = value
-  config_lib.validate(config, num_devices=jax.device_count())
-  return config
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("config_file, kind", [("dyck.py", k) for k in DECODER_KINDS] +
-                         [("reverse_string.py", k) for k in ENCODER_KINDS])
-def test_every_kind_trains(config_file, kind):
-  loss = _losses(_config(config_file, kind, buckets=(40,)), 6)
-  assert np.all(np.isfinite(loss)), loss
-  assert loss[-2:].mean() < loss[:2].mean(), loss
-
-
-@pytest.mark.slow
-def test_resume_is_bitwise_for_randomized_alibi(tmp_path):
-  """randomized_alibi draws its distances from the step's rng: a run stopped
-  at step 6 and resumed matches the uninterrupted run exactly."""
-  config = helpers.tiny_config({"position.kind": "randomized_alibi", "position.max_position": 256,
-                                "steps": 12, "checkpoint_every": 6, "eval_every": 12})
-  whole = str(tmp_path / "whole")
-  train.train_and_evaluate(config, whole)
-  parts = str(tmp_path / "parts")
-  summary = train.train_and_evaluate(config, parts, hooks=[helpers.SignalAfter(6, "INT")])
-  assert summary["preempted_at"] == 6
-  train.train_and_evaluate(config, parts)
-  strip = lambda records: [{k: v for k, v in r.items() if k not in helpers.TIMING_KEYS}
-                           for r in records]
-  assert strip(helpers.read_metrics(parts)) == strip(helpers.read_metrics(whole))
-
-
-SHARDED = ("learnt", "t5", "fire", "fox")  # absolute; shared bias; per-layer bias; attention
-SHARDED_CODE = """
-import json
-import test_positions as t
-out = {{}}
-for kind in {kinds!r}:
-  config = t._config("dyck.py", kind, buckets=(40,), **{{"mesh.data": 4, "mesh.model": 2}})
-  out[kind] = t._losses(config, 4).tolist()
-print("LOSSES", json.dumps(out))
-"""
-
-
-@pytest.mark.slow
-def test_eight_sharded_devices_equal_one(compilation_cache_env):
-  stdout = helpers.run_python(SHARDED_CODE.format(kinds=SHARDED), devices=8,
-                              **compilation_cache_env)
-  import json
-  sharded = json.loads(stdout.split("LOSSES", 1)[1])
-  for kind in SHARDED:
-    one = _losses(_config("dyck.py", kind, buckets=(40,)), 4)
-    np.testing.assert_allclose(sharded[kind], one, rtol=1e-4, err_msg=kind)
-
-
