@@ -78,8 +78,7 @@ def test_resume_is_bitwise_for_randomized_alibi(tmp_path):
   assert strip(helpers.read_metrics(parts)) == strip(helpers.read_metrics(whole))
 
 
-# absolute; bias shared by the layers; bias per layer; data-dependent attention
-SHARDED = ("learnt", "t5", "fire", "fox")
+SHARDED = ("learnt", "t5", "fire", "fox")  # absolute; shared bias; per-layer bias; attention
 SHARDED_CODE = """
 import json
 import test_positions_train as t
