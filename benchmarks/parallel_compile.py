@@ -32,19 +32,20 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
+import reference_trainer  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# `--out` is reference_trainer's flag (shared).
 
 _PARTS = flags.DEFINE_list("parts", ["reference", "train"], "What to measure.")
 _ROUNDS = flags.DEFINE_integer("rounds", 2, "Alternations of the two settings.", lower_bound=1)
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 20, "Steps of the train.py runs.")
 _WORKER = flags.DEFINE_integer("worker", 0, "Internal: compile the reference buckets with this "
                                "many threads and print JSON.")
-_OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
 COMPILE_LOG = re.compile(r"Finished XLA compilation of (\S+) in ([0-9.e-]+) sec")
 
 
 def reference_worker(workers: int) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
-  import reference_trainer  # pylint: disable=g-import-not-at-top
   from bifocal_jax import sharding, state  # pylint: disable=g-import-not-at-top
   from bifocal_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
   config = reference_trainer.reference_config("bifocal", steps=1)
@@ -120,7 +121,7 @@ def main(argv):
     print(f"train.py end to end: before / after = {results['train']['before_over_after']:.2f}")
   results["load_average_end"] = bench_util.load_average()
   print(f"load average {machine['load_average']} -> {results['load_average_end']}")
-  bench_util.write_json(_OUT.value, results)
+  bench_util.write_json(reference_trainer._OUT.value, results)  # pylint: disable=protected-access
 
 
 if __name__ == "__main__":
