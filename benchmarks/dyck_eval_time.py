@@ -1,6 +1,7 @@
 r"""One full evaluation of the default Dyck model on the published files, before / after.
 
   python benchmarks/dyck_eval_time.py --data_dir=DIR --out=benchmarks/results/dyck_eval_time.json
+  python benchmarks/dyck_eval_time.py --data_dir=DIR --files=k8_m20.test
 
 DIR holds the published files of Yao et al. 2021 (`k8_m*.dev`, `k8_m*.test`;
 default: `$BIFOCAL_DATA_DIR/dyck-yao2021`). The model is `configs/dyck.py`'s
@@ -39,6 +40,7 @@ import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Folder of the published Dyck files.")
 _CONFIG = flags.DEFINE_string("config", "configs/dyck.py", "Training config file (its model).")
 _KERNELS = flags.DEFINE_list("kernels", ["baseline", "current"], "Attention kernels, in order.")
+_FILES = flags.DEFINE_list("files", [], "Only these file names (default: every *.dev and *.test).")
 _WORKER = flags.DEFINE_string("worker", None, "Internal: evaluate with this kernel, print JSON.")
 _OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
 SCORES = ("loss", "token_accuracy", "close_accuracy")
@@ -79,6 +81,10 @@ def evaluate_files(kernel: str, config_path: str, files: list[str]) -> dict:
 def main(argv):
   del argv
   files = published_files(_DATA_DIR.value)
+  if _FILES.value:
+    files = [f for f in files if os.path.basename(f) in _FILES.value]
+    if len(files) != len(_FILES.value):
+      raise ValueError(f"--files={_FILES.value}: not all found")
   if _WORKER.value:
     print(json.dumps(evaluate_files(_WORKER.value, _CONFIG.value, files)))
     return
@@ -87,7 +93,8 @@ def main(argv):
   runs = {}
   for kernel in _KERNELS.value:
     cmd = [sys.executable, os.path.abspath(__file__), f"--worker={kernel}",
-           f"--config={_CONFIG.value}", f"--data_dir={os.path.dirname(files[0])}"]
+           f"--config={_CONFIG.value}", f"--data_dir={os.path.dirname(files[0])}",
+           f"--files={','.join(os.path.basename(f) for f in files)}"]
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, cwd=bench_util.REPO,
                          env=env)
     runs[kernel] = json.loads(out.stdout.strip().splitlines()[-1])
