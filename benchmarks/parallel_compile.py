@@ -46,6 +46,8 @@ COMPILE_LOG = re.compile(r"Finished XLA compilation of (\S+) in ([0-9.e-]+) sec"
 
 def reference_worker(workers: int) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
+  if jax.config.jax_compilation_cache_dir:
+    raise RuntimeError(f"a compilation cache is on: {jax.config.jax_compilation_cache_dir}")
   from bifocal_jax import sharding, state  # pylint: disable=g-import-not-at-top
   from bifocal_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
   config = reference_trainer.reference_config("bifocal", steps=1)
@@ -65,7 +67,10 @@ def reference_worker(workers: int) -> dict:
 
 
 def cold_env(**extra) -> dict:
-  return dict(os.environ, BIFOCAL_COMPILATION_CACHE="off", **extra)
+  """This environment without a compilation cache (importing `reference_trainer`
+  turned one on here, through `JAX_COMPILATION_CACHE_DIR`)."""
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+  return dict(env, BIFOCAL_COMPILATION_CACHE="off", **extra)
 
 
 def run_reference(workers: int) -> dict:
