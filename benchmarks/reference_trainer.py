@@ -115,6 +115,9 @@ _STAND_IN = flags.DEFINE_bool(
 _WARM_RERUN = flags.DEFINE_bool(
     "warm_rerun", False, "After ours (which must find the compilation cache cold), run ours "
     "again in a fresh process on the same cache: the second run's figures, reported apart.")
+_COMPILE_WORKERS = flags.DEFINE_integer(
+    "compile_workers", 0, "Threads compiling our buckets ahead of the loop (0: one per CPU; "
+    "1: one bucket after another, as before issue #33).", lower_bound=0)
 _SMOKE = flags.DEFINE_bool("smoke", False, "Tiny model and lengths (tests: seconds).")
 _OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
 
@@ -166,26 +169,21 @@ class Curriculum:
 
 
 def abstract_batch(batch_size: int, width: int, mesh) -> dict:
-  sharding_ = sharding.batch_sharding(mesh)
-  dtypes = dict(inputs=np.int32, targets=np.int32, mask=np.float32, loss_mask=np.float32,
-                valid=bool)
-  return {k: jax.ShapeDtypeStruct((batch_size, width), d, sharding=sharding_)
-          for k, d in dtypes.items()}
+  return steps_lib.abstract_train_batch(batch_size, width, mesh)
 
 
-def compile_buckets(step_fn, abstract_state, batch_size: int, buckets, mesh, xla_options=None):
-  """The train step compiled for every bucket, one after another (XLA:CPU
-  compiles on all cores already: two at a time took as long here):
-  `({width: executable}, {width: seconds to trace and lower}, {width: seconds
-  to compile, or to load from the persistent cache})`."""
-  compiled, lower_seconds, compile_seconds = {}, {}, {}
-  for w in buckets:
-    start = time.perf_counter()
-    lowered = step_fn.lower(abstract_state, abstract_batch(batch_size, w, mesh))
-    lowered_at = time.perf_counter()
-    compiled[w] = lowered.compile(compiler_options=xla_options or None)
-    lower_seconds[w], compile_seconds[w] = lowered_at - start, time.perf_counter() - lowered_at
-  return compiled, lower_seconds, compile_seconds
+def compile_buckets(step_fn, abstract_state, batch_size: int, buckets, mesh, xla_options=None,
+                    workers: int | None = None):
+  """The train step compiled for every bucket ahead of the loop, `workers`
+  at a time in threads (`steps.compile_in_parallel`; default: the CPU count;
+  1: one after another, as before issue #33): `({width: executable}, {width:
+  seconds to trace and lower}, {width: seconds to compile, or to load from the
+  persistent cache})` (per program: with threads they overlap)."""
+  jobs = {w: (step_fn, (abstract_state, abstract_batch(batch_size, w, mesh))) for w in buckets}
+  done = steps_lib.compile_in_parallel(jobs, mesh=mesh, workers=workers,
+                                       compiler_options=xla_options)
+  return ({w: c[0] for w, c in done.items()}, {w: c[1] for w, c in done.items()},
+          {w: c[2] for w, c in done.items()})
 
 
 class CacheEvents:
@@ -212,7 +210,8 @@ class CacheEvents:
 
 
 def run_ours(steps: int, kind: str, lengths: np.ndarray, curriculum: Curriculum, config, *,
-             in_flight: int = 2, fixed_steps: int = 10, xla_options=None) -> dict:
+             in_flight: int = 2, fixed_steps: int = 10, xla_options=None,
+             compile_workers: int | None = None) -> dict:
   """This project's trainer on `lengths` (one input length per step)."""
   mesh = sharding.make_mesh(config.mesh)
   max_length = curriculum.max_length
@@ -225,7 +224,8 @@ def run_ours(steps: int, kind: str, lengths: np.ndarray, curriculum: Curriculum,
     setup_done = time.perf_counter()
     step_fn = steps_lib.make_train_step(s)
     compiled, lower_seconds, compile_seconds = compile_buckets(
-        step_fn, s.abstract_state, config.batch_size, curriculum.buckets, mesh, xla_options)
+        step_fn, s.abstract_state, config.batch_size, curriculum.buckets, mesh, xla_options,
+        workers=compile_workers)
     compile_done = time.perf_counter()
     pending = collections.deque()
     losses = []
@@ -249,7 +249,7 @@ def run_ours(steps: int, kind: str, lengths: np.ndarray, curriculum: Curriculum,
   fixed_tokens = config.batch_size * fixed["inputs"].shape[1]
   return dict(
       kind=kind, steps=steps, batch_size=config.batch_size, max_input_length=max_length,
-      xla_options=xla_options or {},
+      xla_options=xla_options or {}, compile_workers=compile_workers or os.cpu_count(),
       model=config.model.to_dict(), buckets=list(curriculum.buckets),
       compilations=len(compiled),
       lower_seconds_by_bucket={str(w): t for w, t in lower_seconds.items()},
@@ -301,7 +301,7 @@ def without_compilation_cache() -> None:
 
 
 def run_ours_again(steps: int, kind: str, *, in_flight: int, fixed_steps: int, bucket_every: int,
-                   smoke: bool, xla_options) -> dict:
+                   smoke: bool, xla_options, compile_workers: int | None = None) -> dict:
   """Ours once more, in a fresh process with this one's compilation cache (a
   user's second run of the same command): its figures as `run_ours` gives them."""
   with tempfile.TemporaryDirectory() as tmp:
@@ -309,7 +309,8 @@ def run_ours_again(steps: int, kind: str, *, in_flight: int, fixed_steps: int, b
     command = [sys.executable, os.path.abspath(__file__), f"--steps={steps}", f"--kind={kind}",
                f"--in_flight={in_flight}", f"--fixed_steps={fixed_steps}",
                f"--bucket_every={bucket_every}", f"--step_compile_options={json.dumps(xla_options or {})}",
-               f"--smoke={smoke}", "--nostand_in", "--nowarm_rerun", f"--out={out}"]
+               f"--smoke={smoke}", "--nostand_in", "--nowarm_rerun", f"--out={out}",
+               f"--compile_workers={compile_workers or 0}"]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode:
       sys.stderr.write(result.stderr[-4000:])
@@ -322,14 +323,14 @@ def run_ours_again(steps: int, kind: str, *, in_flight: int, fixed_steps: int, b
 def run(steps: int, kind: str, *, in_flight: int = 2, fixed_steps: int = 10,
         bucket_every: int = 8, checkout: str | None = None, stand_in: bool = True,
         original_python: str = sys.executable, smoke: bool = False, xla_options=None,
-        warm_rerun: bool = False) -> dict:
+        warm_rerun: bool = False, compile_workers: int | None = None) -> dict:
   config = reference_config(kind, steps, smoke)
   max_length = 4 if smoke else MAX_INPUT_LENGTH
   curriculum = Curriculum(config.task, batch_size=config.batch_size, seed=config.seed,
                           max_length=max_length, bucket_every=bucket_every)
   lengths = np.array([curriculum.length(s) for s in range(steps)])
   ours = run_ours(steps, kind, lengths, curriculum, config, in_flight=in_flight,
-                  fixed_steps=fixed_steps, xla_options=xla_options)
+                  fixed_steps=fixed_steps, xla_options=xla_options, compile_workers=compile_workers)
   r = dict(machine=bench_util.machine(), **ours, ours_end_to_end_seconds=ours["end_to_end_seconds"],
            lengths=lengths.tolist())
   if warm_rerun:
@@ -338,7 +339,8 @@ def run(steps: int, kind: str, *, in_flight: int = 2, fixed_steps: int = 10,
                          f"{ours['compilation_cache']['dir']} was {ours['compilation_cache']['state']}"
                          f": set BIFOCAL_COMPILATION_CACHE to a fresh directory")
     warm = run_ours_again(steps, kind, in_flight=in_flight, fixed_steps=fixed_steps,
-                          bucket_every=bucket_every, smoke=smoke, xla_options=xla_options)
+                          bucket_every=bucket_every, smoke=smoke, xla_options=xla_options,
+                          compile_workers=compile_workers)
     r.update(warm_rerun=warm, ours_warm_end_to_end_seconds=warm["end_to_end_seconds"])
   if checkout:
     original = run_original(checkout, lengths, smoke=smoke, python=original_python)
@@ -419,7 +421,8 @@ def main(argv):
   r = run(_STEPS.value, _KIND.value, in_flight=_IN_FLIGHT.value, fixed_steps=_FIXED_STEPS.value,
           bucket_every=_BUCKET_EVERY.value, checkout=_CHECKOUT.value, stand_in=_STAND_IN.value,
           original_python=_ORIGINAL_PYTHON.value, smoke=_SMOKE.value,
-          xla_options=json.loads(_STEP_COMPILE_OPTIONS.value), warm_rerun=_WARM_RERUN.value)
+          xla_options=json.loads(_STEP_COMPILE_OPTIONS.value), warm_rerun=_WARM_RERUN.value,
+          compile_workers=_COMPILE_WORKERS.value or None)
   print(report(r))
   bench_util.write_json(_OUT.value, r)
 

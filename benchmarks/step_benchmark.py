@@ -6,10 +6,15 @@ the data pipeline against the step, and compile time.
   python benchmarks/step_benchmark.py --out=benchmarks/results/step.json
   python benchmarks/step_benchmark.py --configs=smoke          # seconds (tests)
   python benchmarks/step_benchmark.py --kinds=all --rounds=5   # every position kind / rope
+  python benchmarks/step_benchmark.py --configs=protocol40,protocol80 --baseline
 
 Configs: `default` is `configs/dyck.py` as it stands; `large` is the same
 with width 256, 8 heads, 4 layers and sequences of 256 tokens (Dyck strings
-of 240..255 tokens, padded to 256); `smoke` is tiny.
+of 240..255 tokens, padded to 256); `protocol40` and `protocol80` are the
+converged sweep's 5-layer model (width 64, 8 heads, batch 128; the
+`configs/_chomsky.py:paper` sizes) on Dyck strings padded to 40 and 80
+tokens; `smoke` is tiny. `--baseline` adds `bifocal_baseline`: the bifocal
+step traced with the attention kernel before issue #33 (`baseline_attention.py`).
 
 For each config, in one process and interleaved (A, B, C, ... repeated; the
 medians and median ratios are reported, with wall and CPU time):
@@ -53,11 +58,12 @@ from bifocal_jax.tasks import pipeline
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # pylint: disable=g-import-not-at-top,wrong-import-position
+import baseline_attention
 import bench_util
 import data_throughput
 import plain_flax
 
-CONFIGS = ("default", "large", "smoke")
+CONFIGS = ("default", "large", "protocol40", "protocol80", "smoke")
 _CONFIGS = flags.DEFINE_list("configs", ["default", "large"], f"Which of {CONFIGS}.")
 _ROUNDS = flags.DEFINE_integer("rounds", 7, "Interleaved timing rounds.", lower_bound=1)
 _PEAK_SCALE = flags.DEFINE_float("peak_scale", 1.0, "Scale of the peak matmuls' sizes.")
@@ -74,6 +80,7 @@ def extra_kinds(names) -> tuple[str, ...]:
   for name in names:
     positions.get(name)  # a ValueError naming the valid kinds
   return tuple(k for k in names if k not in ("bifocal", "rope"))
+_BASELINE = flags.DEFINE_bool("baseline", False, "Also time the bifocal step with the old kernel.")
 
 
 def dyck_config(name: str):
@@ -85,6 +92,15 @@ def dyck_config(name: str):
     c.task.valid.max_length = 256
     c.task.test_length.min_length, c.task.test_length.max_length = 257, 512
     c.buckets = (256,)
+  elif name in ("protocol40", "protocol80"):
+    length = int(name.removeprefix("protocol"))
+    c.model.d_model, c.model.num_heads, c.model.num_layers = 64, 8, 5
+    c.batch_size = 128
+    c.task.train.min_length, c.task.train.max_length = length // 2, length
+    c.task.valid.max_length = length
+    c.task.test_length.min_length, c.task.test_length.max_length = length + 1, 2 * length
+    c.task.test_depth.max_length = 2 * length
+    c.buckets = (length,)
   elif name == "smoke":
     c.model.d_model, c.model.num_heads, c.model.num_layers, c.model.mlp_dim = 16, 2, 1, 32
     c.batch_size = 4
@@ -128,7 +144,7 @@ def pipeline_seconds_per_batch(task, batch_size: int, buckets, *, steps: int) ->
 
 
 def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
-                 kinds: tuple[str, ...] = ()) -> dict:
+                 kinds: tuple[str, ...] = (), baseline: bool = False) -> dict:
   base = dyck_config(name)
   task = tasks.get_task(base.task)
   buckets = tuple(base.buckets) or pipeline.length_buckets(task.max_sequence_length("train"))
@@ -140,11 +156,12 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
   candidates, compile_seconds = {}, {}
   with jax.set_mesh(mesh):
     batch = steps_lib.to_global_batch(next(batch_iter), mesh)
-    for kind in ("bifocal", "rope", *kinds):
+    for kind in ("bifocal", "rope", *kinds) + (("bifocal_baseline",) if baseline else ()):
       c = base.copy_and_resolve_references()
-      c.position.kind = kind
+      c.position.kind = kind.removesuffix("_baseline")
       s, state = state_lib.setup(c, mesh, task=task)
-      compiled, compile_seconds[kind] = timed_compile(steps_lib.make_train_step(s), state, batch)
+      with baseline_attention.use_baseline(kind.endswith("_baseline")):
+        compiled, compile_seconds[kind] = timed_compile(steps_lib.make_train_step(s), state, batch)
       candidates[kind] = stepper(compiled, state, batch)
     flax_model = plain_flax.Transformer(base.model, vocab_size=task.vocab_size, causal=task.causal,
                                         rngs=nnx.Rngs(base.seed))
@@ -158,6 +175,7 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
     load_before = bench_util.load_average()
     calls = {k: 1 if name == "large" and k in ("bifocal", "rope", "flax", *kinds) else 3
              for k in candidates}
+    steps_timed = [k for k in candidates if not k.startswith("peak")]
     times = bench_util.interleave(candidates, repeats=rounds, calls=calls)
   pipeline_seconds = pipeline_seconds_per_batch(task, base.batch_size, buckets, steps=data_steps)
 
@@ -167,7 +185,7 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
                    for name, (_, flops) in peaks.items()}
   peak = max(peak_by_shape.values())
   steps = {}
-  for kind in ("bifocal", "rope", "flax"):
+  for kind in steps_timed:
     wall = bench_util.median(times[kind]["wall"])
     steps[kind] = dict(
         seconds=wall, cpu_seconds=bench_util.median(times[kind]["cpu"]),
@@ -185,7 +203,10 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
       pipeline_over_step=steps["bifocal"]["seconds"] / pipeline_seconds,
       load_average=[load_before, bench_util.load_average()], rounds=rounds,
       kinds_over_rope={k: ratio(k, "rope") for k in kinds},
-      kind_step_seconds={k: bench_util.median(times[k]["wall"]) for k in kinds})
+      kind_step_seconds={k: bench_util.median(times[k]["wall"]) for k in kinds},
+      **({"bifocal_over_baseline": ratio("bifocal", "bifocal_baseline"),
+          "bifocal_over_baseline_cpu": ratio("bifocal", "bifocal_baseline", "cpu")}
+         if baseline else {}))
 
 
 def report(results: list[dict]) -> str:
@@ -220,10 +241,17 @@ def main(argv):
   machine = bench_util.machine()
   kinds = extra_kinds(_KINDS.value)
   results = [bench_config(name, rounds=_ROUNDS.value, peak_scale=_PEAK_SCALE.value,
-                          data_steps=_DATA_STEPS.value, kinds=kinds) for name in _CONFIGS.value]
+                          data_steps=_DATA_STEPS.value, kinds=kinds, baseline=_BASELINE.value)
+             for name in _CONFIGS.value]
   print(f"{machine['cpu']}, {machine['cores']} cores, jax {machine['jax']}, {machine['date']}; "
         f"load average before/after each config: {[r['load_average'] for r in results]}")
   print(report(results))
+  for r in results:
+    s = r["steps"]
+    print(f"{r['config']}: tokens/s bifocal {s['bifocal']['tokens_per_sec']:,.0f}, rope "
+          f"{s['rope']['tokens_per_sec']:,.0f}" +
+          (f"; bifocal / bifocal with the old attention kernel {r['bifocal_over_baseline']:.3f} "
+           f"(cpu {r['bifocal_over_baseline_cpu']:.3f})" if "bifocal_over_baseline" in r else ""))
   bench_util.write_json(_OUT.value, dict(machine=machine, results=results))
 
 

@@ -24,7 +24,7 @@ NAN_POLICIES = ("error", "skip")
 # different experiment (see `workdir.check_config`).
 RUNTIME_KEYS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "progress_bar",
                 "mesh", "init_from", "peak_flops", "async_checkpointing", "eval_examples",
-                "eval_batch_size", "prefetch", "population.data_workers")
+                "eval_batch_size", "prefetch", "population.data_workers", "precompile")
 
 
 class ConfigError(ValueError):
@@ -54,6 +54,9 @@ def base_config(task_name: str) -> ml_collections.ConfigDict:
   c.progress_bar = True
   c.prefetch = 8  # training batches generated ahead of the train step (0: none)
   c.buckets = ()  # padded lengths; () = powers of two up to the longest example
+  # Compile the train step's likely widths and the evaluation step before the
+  # first step, in parallel threads (train.py `_precompile`); False: each at first use.
+  c.precompile = True
   # Training data (`tasks.pipeline`): "finite" epochs over task.train.size examples, or
   # "fresh" ones every step (as the original Chomsky-hierarchy trainer); lengths drawn
   # "per_example" (mixed-length batches) or "per_batch" (their curriculum).
@@ -124,6 +127,8 @@ def _check_optimisation(config) -> None:
     _fail("weight_decay", config.weight_decay, "must be >= 0")
   if not 0 <= config.warmup_steps <= config.steps:
     _fail("warmup_steps", config.warmup_steps, f"must be in [0, steps={config.steps}]")
+  if not isinstance(config.precompile, bool):
+    _fail("precompile", config.precompile, "must be True or False")
   if config.nan_policy not in NAN_POLICIES:
     _fail("nan_policy", config.nan_policy, f"must be one of {NAN_POLICIES}")
   spectral = config.spectral

@@ -324,6 +324,19 @@ class Evaluator:
     global_batch = steps.to_global_batch(batch, self.setup.mesh, steps.EVAL_FIELDS)
     return self.eval_step(params, global_batch, self.rng)
 
+  def compile_job(self, params, split: str, *, num_examples: int | None = None) -> tuple:
+    """`(jitted eval step, args)` of `split`'s batches (one shape per split):
+    a `steps.compile_in_parallel` job; `use_compiled` takes its result."""
+    batch = next(iter(self.split_batches(split, num_examples=num_examples)))
+    global_batch = steps.to_global_batch(batch, self.setup.mesh, steps.EVAL_FIELDS)
+    return self.eval_step, (params, global_batch, self.rng)
+
+  def use_compiled(self, executables: dict) -> None:
+    """Runs batches of the shapes of `executables` (`{batch shape: executable}`,
+    from `compile_job`s) on those executables."""
+    self.eval_step = steps.Precompiled(self.eval_step, executables,
+                                       key_fn=lambda params, batch, rng: batch["inputs"].shape)
+
   def batch_size(self, width: int) -> int:
     """Global rows per batch of `width` tokens (`batch_size_for_length`)."""
     num_heads = model_lib.resolved_dims(self.setup.config.model)[1]

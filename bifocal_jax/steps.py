@@ -9,6 +9,11 @@ shardings. `population` vmaps the same `train_step` over its members.
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
+import time
+from collections.abc import Callable, Hashable, Mapping
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -169,6 +174,74 @@ def compiler_options() -> dict | None:
   same step time (`benchmarks/compile_options.py`, README Performance);
   elsewhere XLA's defaults."""
   return {"xla_backend_optimization_level": 1} if jax.default_backend() == "cpu" else None
+
+
+_BATCH_DTYPES = dict(inputs=np.int32, targets=np.int32, mask=np.float32, loss_mask=np.float32,
+                     valid=bool)
+
+
+def abstract_train_batch(batch_size: int, width: int, mesh) -> dict[str, jax.ShapeDtypeStruct]:
+  """The global train batch of `batch_size` rows of `width` tokens, as shapes."""
+  sharding = sharding_lib.batch_sharding(mesh)
+  return {
+      k: jax.ShapeDtypeStruct((batch_size, width), d, sharding=sharding)
+      for k, d in _BATCH_DTYPES.items()
+  }
+
+
+def compile_in_parallel(jobs: Mapping[Hashable, tuple], *, mesh=None, workers: int | None = None,
+                        compiler_options: dict | None = None) -> dict:
+  """`{key: (executable, trace_and_lower_seconds, compile_seconds)}` for
+  `jobs = {key: (jitted, args)}`: each `jitted.lower(*args).compile()` ahead of
+  time (args may be `jax.ShapeDtypeStruct`s), in `workers` threads (default:
+  the CPU count). Tracing and lowering hold the GIL; XLA's compilation
+  releases it, so one program compiles while the next is traced, and
+  compilations share the cores. `mesh`: set in each thread (JAX's mesh
+  context is per thread); `compiler_options`: XLA options for every job."""
+
+  def one(jitted, args):
+    start = time.perf_counter()
+    if mesh is None:
+      lowered = jitted.lower(*args)
+    else:
+      with jax.set_mesh(mesh):
+        lowered = jitted.lower(*args)
+    lowered_at = time.perf_counter()
+    executable = lowered.compile(compiler_options=compiler_options or None)
+    return executable, lowered_at - start, time.perf_counter() - lowered_at
+
+  workers = min(workers or os.cpu_count() or 1, max(len(jobs), 1))
+  with concurrent.futures.ThreadPoolExecutor(max_workers=workers,
+                                             thread_name_prefix="compile") as pool:
+    futures = {key: pool.submit(one, *job) for key, job in jobs.items()}
+    return {key: future.result() for key, future in futures.items()}
+
+
+class Precompiled:
+  """A jitted step and executables of it compiled ahead, chosen by
+  `key_fn(*args)` (e.g. the batch's width); other calls go to the jitted step."""
+
+  def __init__(self, jitted, executables: Mapping[Hashable, Callable], key_fn: Callable[...,
+                                                                                        Hashable]):
+    self.jitted, self.executables, self.key_fn = jitted, dict(executables), key_fn
+
+  def __call__(self, *args):
+    return self.executables.get(self.key_fn(*args), self.jitted)(*args)
+
+
+def batch_width(state, batch) -> int:
+  """`Precompiled`'s key of the train step: the batch's padded length."""
+  del state
+  return batch["inputs"].shape[1]
+
+
+def train_step_jobs(s: Setup, jitted, widths) -> dict:
+  """`compile_in_parallel` jobs of the train step `jitted` at each batch width."""
+  return {
+      ("train_step", w):
+          (jitted, (s.abstract_state, abstract_train_batch(s.config.batch_size, w, s.mesh)))
+      for w in widths
+  }
 
 
 def make_eval_step(s: Setup, *, close_ids=None, class_ids=None):

@@ -31,6 +31,7 @@ import functools
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import jax
@@ -199,9 +200,14 @@ def _train(config, workdir, task, mesh, ckpt, source, hooks) -> dict:
     steps.check_finite(state)
     return summary
 
+  train_step = steps.make_train_step(s)
+  if config.precompile and jax.process_count() == 1:
+    train_step = _precompile(config, task, s, train_step, evaluator, state)
+  else:
+    train_step = sharding_lib.compile_ahead(train_step, "train_step")
   job = _Job(
-      train_step=sharding_lib.compile_ahead(steps.make_train_step(s), "train_step"),
-      batches=data_iter, to_global=functools.partial(steps.to_global_batch, mesh=mesh),
+      train_step=train_step, batches=data_iter,
+      to_global=functools.partial(steps.to_global_batch, mesh=mesh),
       meter=metrics_lib.Throughput(flops_per_step=_flops_per_step(config, task),
                                    peak_flops=config.peak_flops), log=log,
       save=functools.partial(_save, ckpt, config, data_iter), close=writer.close, is_main=is_main)
@@ -227,6 +233,29 @@ def _restore_or_init(config, workdir, task, mesh, ckpt, source):
   if jax.process_index() == 0:
     print(f"resuming {workdir} from step {start}", flush=True)
   return s, state, start, data_iter, metrics_lib.MetricsWindow.from_json(meta.get("metrics_window"))
+
+
+def _precompile(config, task, s, train_step, evaluator, state) -> steps.Precompiled:
+  """Compiles, before the first step and in parallel threads
+  (`steps.compile_in_parallel`), the programs the run will need: the train
+  step at the widths its batches will likely have (every bucket under the
+  per-batch length curriculum; with lengths drawn per example, nearly every
+  batch holds a long example, so the last bucket) and the evaluation step of
+  `valid`. Other widths compile when first seen, as without it. Returns the
+  train step; `evaluator` runs its compiled program."""
+  buckets = _train_buckets(config, task)
+  widths = buckets if config.data.lengths == "per_batch" else buckets[-1:]
+  jobs = steps.train_step_jobs(s, train_step, widths)
+  jobs["valid"] = evaluator.compile_job(state["params"], "valid", num_examples=config.eval_examples)
+  start = time.perf_counter()
+  compiled = steps.compile_in_parallel(jobs, mesh=s.mesh)
+  logging.info("compiled %d programs in parallel in %.1f s", len(compiled),
+               time.perf_counter() - start)
+  eval_args = jobs["valid"][1]
+  evaluator.use_compiled({eval_args[1]["inputs"].shape: compiled.pop("valid")[0]})
+  return steps.Precompiled(train_step, {
+      w: c[0] for (_, w), c in compiled.items()
+  }, key_fn=steps.batch_width)
 
 
 def _train_buckets(config, task) -> tuple[int, ...]:

@@ -236,3 +236,110 @@ def test_rotate_queries_keys_gradients_match_autodiff(layout, frequency_shape):
   for name, got, want in zip(("qk", "frequencies"), _vjp(fast, (qk, frequencies), cotangent),
                              _vjp(reference, (qk, frequencies), cotangent)):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"d{name}")
+
+
+# Blocked attention (sequences longer than `query_chunk`) against one block.
+
+def _reference_attention(q, k, v, positions, valid, *, causal, bias_fn=None):
+  """Plain softmax attention on `[B, L, H, K]` operands, every `L x L` score."""
+  q_h, k_h, v_h = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
+  scores = jnp.einsum("bhqk,bhsk->bhqs", q_h, k_h) / np.sqrt(q.shape[-1])
+  if bias_fn is not None:
+    scores = scores + bias_fn(q_h, k_h, positions, positions)
+  mask = jnp.ones(scores.shape[-2:], bool)
+  if causal:
+    mask = jnp.tril(mask)
+  mask = mask[None, None] & valid[:, None, None, :]
+  probs = jax.nn.softmax(jnp.where(mask, scores, attention.MASKED), axis=-1)  # finite everywhere
+  return jnp.swapaxes(probs @ v_h, 1, 2)
+
+
+def _alibi_bias_fn():
+  """ALiBi as a `bias_fn` (`-slope * |i - j|`, the causal form)."""
+  slopes = jnp.asarray(rope.alibi_slopes(_H))
+  return lambda q, k, q_pos, k_pos: rope.alibi_bias(q_pos, k_pos, slopes)
+
+
+def _learnable_bias_fn(w_H):
+  """A bias depending on a parameter, on the queries and keys, and on distances."""
+
+  def bias_fn(q, k, q_positions, k_positions):
+    distance = (q_positions[..., :, None] - k_positions[..., None, :]).astype(jnp.float32)
+    content = jnp.tanh(q.sum(-1))[..., :, None] * jnp.tanh(k.sum(-1))[..., None, :]
+    return -w_H[:, None, None] * jnp.abs(distance)[:, None] + content
+
+  return bias_fn
+
+
+# Length 11 in blocks of 4: three query blocks, the last with one padded
+# query and key. Sequence 1 has left and right padding.
+_B, _L, _H, _K = 2, 11, 3, 4
+_VALID = jnp.asarray((np.arange(_L)[None] >= np.array([[0], [3]])) &
+                     (np.arange(_L)[None] < np.array([[11], [9]])))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("bias", ["none", "alibi", "learnable"])
+def test_blocked_attention_matches_one_block_and_the_reference(causal, bias):
+  q, k, v = (_random((_B, _L, _H, _K), seed) for seed in range(3))
+  positions = jnp.asarray(np.cumsum(np.random.default_rng(4).integers(1, 4, (_B, _L)), -1))
+  bias_fn = dict(none=None, alibi=_alibi_bias_fn(),
+                 learnable=_learnable_bias_fn(jnp.asarray([0.5, 0.1, 0.0])))[bias]
+
+  def run(query_chunk):
+    return jax.jit(lambda q, k, v: attention.attend(
+        q, k, v, positions, _VALID, causal=causal, bias_fn=bias_fn, query_chunk=query_chunk))(q, k, v)
+  one_block, blocked = run(_L), run(4)
+  want = _reference_attention(q, k, v, positions, _VALID, causal=causal, bias_fn=bias_fn)
+  valid = np.asarray(_VALID)  # rows seeing no valid key differ by design (masked in the loss)
+  np.testing.assert_allclose(blocked[valid], one_block[valid], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(one_block[valid], want[valid], rtol=1e-5, atol=1e-6)
+
+
+def test_blocked_attention_shared_positions_and_no_mask():
+  """`positions` of shape [1, L] and no `valid`: the padded keys are still masked."""
+  q, k, v = (_random((_B, _L, _H, _K), seed) for seed in range(3))
+  positions = jnp.arange(_L)[None]
+  alibi = _alibi_bias_fn()
+  for causal in (True, False):
+    blocked = attention.attend(q, k, v, positions, causal=causal, bias_fn=alibi, query_chunk=4)
+    want = _reference_attention(q, k, v, positions, jnp.ones((_B, _L), bool), causal=causal,
+                                bias_fn=alibi)
+    np.testing.assert_allclose(blocked, want, rtol=1e-5, atol=1e-6, err_msg=f"causal={causal}")
+
+
+@pytest.mark.parametrize("query_chunk", [_L, 4], ids=["one_block", "blocked"])
+def test_bias_fn_gets_its_gradients(query_chunk):
+  """Gradients of a learnable `bias_fn` (its parameter, and q/k through it)."""
+  q, k, v = (_random((_B, _L, _H, _K), seed) for seed in range(3))
+  positions = jnp.arange(_L)[None]
+  w = jnp.asarray([0.5, 0.1, 0.3])
+  cotangent = _random((_B, _L, _H, _K), 5)
+  valid = np.asarray(_VALID)[..., None, None]
+
+  def fast(q, k, v, w):
+    return attention.attend(q, k, v, positions, _VALID, causal=True, bias_fn=_learnable_bias_fn(w),
+                            query_chunk=query_chunk) * valid
+
+  def reference(q, k, v, w):
+    return _reference_attention(q, k, v, positions, _VALID, causal=True,
+                                bias_fn=_learnable_bias_fn(w)) * valid
+  for name, got, want in zip(("q", "k", "v", "w"), _vjp(fast, (q, k, v, w), cotangent),
+                             _vjp(reference, (q, k, v, w), cotangent)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize("bias_shape", [(2, 3, 7, 7), (1, 3, 7, 7), (3, 7, 7), (2, 1, 7, 7),
+                                        (1, 1, 1, 7)])
+def test_softmax_attention_bias_gradient_matches_autodiff(bias_shape):
+  """The bias's gradient is the score gradient summed to the bias's broadcast shape."""
+  q, k, v = (_random((2, 3, 7, 4), seed) for seed in range(3))
+  bias = _random(bias_shape, 3)
+
+  def reference(q, k, v, bias):
+    return jax.nn.softmax(jnp.einsum("bhqk,bhsk->bhqs", q, k) + bias, axis=-1) @ v
+  cotangent = _random((2, 3, 7, 4), 4)
+  got = _vjp(attention.softmax_attention, (q, k, v, bias), cotangent)
+  want = _vjp(reference, (q, k, v, bias), cotangent)
+  assert got[3].shape == bias_shape
+  np.testing.assert_allclose(got[3], want[3], rtol=1e-4, atol=1e-5)

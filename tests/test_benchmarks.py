@@ -122,11 +122,17 @@ def test_compile_options(tmp_path):
 
 
 def test_long_eval(tmp_path):
-  # 2048 tokens: beyond one query chunk (1024), so the chunked path runs.
-  r = run_script("long_eval", "--lengths=256,2048", "--runs=1", tmp_path=tmp_path)
+  # 2048 tokens: beyond one query chunk (1024), so the blocked path runs.
+  r = run_script("long_eval", "--lengths=256,2048", "--runs=1", "--baseline", "--peak_repeats=1",
+                 tmp_path=tmp_path)
   assert [row["length"] for row in r["rows"]] == [256, 2048]
-  for row in r["rows"]:
+  assert [row["attend"] for row in r["baseline_rows"]] == ["baseline", "baseline"]
+  assert r["peak_flops_per_sec"] > 0
+  for row in r["rows"] + r["baseline_rows"]:
     assert row["seconds"] > 0 and row["peak_rss_mb"] >= row["rss_before_compile_mb"] > 0
+    assert row["tokens_per_sec"] == pytest.approx(row["length"] / row["seconds"])
+    assert 0 < row["peak_fraction"] == pytest.approx(
+        row["attention_flops"] / row["seconds"] / r["peak_flops_per_sec"])
 
 
 def test_gpu_script_dry_run(tmp_path):

@@ -65,3 +65,30 @@ def test_trajectory_records_every_record_every_steps_and_the_last():
   same = steps.record_trajectory(trajectory, jnp.zeros(2), jnp.int32(3), jnp.int32(3),
                                  record_every=3, last_step=7)
   assert int(same["count"]) == 4
+
+
+def test_programs_compiled_in_parallel_run_as_the_jitted_step():
+  """`compile_in_parallel` + `Precompiled`: the same results as the jitted function,
+  the compiled executable for its shapes, the jitted function for others."""
+  import jax  # pylint: disable=g-import-not-at-top
+  traces = []
+
+  def fn(x):
+    traces.append(x.shape)
+    return jnp.cumsum(x * 2.0, axis=-1)
+
+  jitted = jax.jit(fn)
+  jobs = {w: (jitted, (jax.ShapeDtypeStruct((2, w), jnp.float32),)) for w in (3, 5)}
+  compiled = steps.compile_in_parallel(jobs, workers=2)
+  assert set(compiled) == {3, 5} and sorted(traces) == [(2, 3), (2, 5)]
+  assert all(lower >= 0 and xla > 0 for _, lower, xla in compiled.values())
+  ran = []
+
+  def spy(w, executable):
+    return lambda *args: ran.append(w) or executable(*args)
+  step = steps.Precompiled(jitted, {w: spy(w, c[0]) for w, c in compiled.items()},
+                           key_fn=lambda x: x.shape[1])
+  for w in (3, 5, 4):
+    x = jnp.arange(2 * w, dtype=jnp.float32).reshape(2, w)
+    np.testing.assert_array_equal(step(x), np.cumsum(np.asarray(x) * 2.0, axis=-1))
+  assert ran == [3, 5]  # width 4 went through the jitted function
