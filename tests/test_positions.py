@@ -115,3 +115,12 @@ def test_attend_returns_the_true_gradient_of_a_learnable_bias():
   for name, got, want in zip("qkvw", jax.grad(loss(ours), argnums=(0, 1, 2, 3))(q, k, v, w),
                              jax.grad(loss(reference), argnums=(0, 1, 2, 3))(q, k, v, w)):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"d{name}")
+
+
+def test_setting_a_placeholder_key_in_one_config_leaves_the_others():
+  """The keys meaning "the source's default" are placeholders (FieldReferences):
+  each config must hold its own, or one run's value would leak into the next."""
+  first, second = attention.default_position_config(), attention.default_position_config()
+  first.cope_npos, first.t5_buckets = 7, 16
+  assert second.cope_npos is None and second.t5_buckets is None
+  assert attention.default_position_config().cope_npos is None

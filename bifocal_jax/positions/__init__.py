@@ -22,6 +22,8 @@ Then add its test, `tests/test_positions_<family>.py`, and its README row.
 
 from __future__ import annotations
 
+import ml_collections
+
 from bifocal_jax.positions import absolute
 from bifocal_jax.positions import alibi
 from bifocal_jax.positions import base
@@ -65,6 +67,10 @@ def default_config_keys() -> dict:
     for key, value in getattr(family, "CONFIG_KEYS", {}).items():
       if key in keys:
         raise ValueError(f"position.{key} defined by two families")
+      # A placeholder is a FieldReference: each config gets its own, or
+      # setting the key in one config would set it in every other.
+      if isinstance(value, ml_collections.FieldReference):
+        value = ml_collections.config_dict.placeholder(value.get_type())
       keys[key] = value
   return keys
 
