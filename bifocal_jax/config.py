@@ -31,6 +31,24 @@ class ConfigError(ValueError):
   """A config value that cannot work; the message names the key and the value."""
 
 
+def use_tiny_run(c: ml_collections.ConfigDict) -> None:
+  """The task configs' `tiny` variant (tests: seconds): a 1-layer, width-32
+  model, 20 steps of batch 8, small evaluations, no progress bar."""
+  c.model.num_layers, c.model.d_model, c.model.mlp_dim = 1, 32, 64
+  c.steps, c.batch_size, c.warmup_steps = 20, 8, 5
+  c.checkpoint_every, c.eval_every, c.log_every = 10, 20, 10
+  c.eval_examples = c.eval_batch_size = 16
+  c.spectral.record_every = 5
+  c.progress_bar = False
+
+
+def use_paper_model(c: ml_collections.ConfigDict) -> None:
+  """The Chomsky-hierarchy protocol's model (Deletang et al.): 5 layers,
+  width 64, 8 heads, batch 128, learning rate 1e-3 after 1,000 warm-up steps."""
+  c.model.num_layers, c.model.d_model, c.model.num_heads = 5, 64, 8
+  c.batch_size, c.learning_rate, c.warmup_steps = 128, 1e-3, 1000
+
+
 def base_config(task_name: str) -> ml_collections.ConfigDict:
   """Every key a training config has, with defaults for a small CPU run."""
   c = ml_collections.ConfigDict()

@@ -30,32 +30,15 @@ def get_config(task_name: str, arg: str | None = None) -> ml_collections.ConfigD
   c.eval_every = 1000
   c.spectral.record_every = 25
   if arg == "tiny":
-    c.model.num_layers = 1
-    c.model.d_model = 32
-    c.model.mlp_dim = 64
-    c.steps = 20
-    c.batch_size = 8
-    c.warmup_steps = 5
-    c.checkpoint_every = 10
-    c.eval_every = 20
-    c.log_every = 10
-    c.eval_examples = 16
-    c.eval_batch_size = 16
-    c.spectral.record_every = 5
-    c.progress_bar = False
+    config_lib.use_tiny_run(c)
     c.task.train.max_length = 12
     c.task.valid.max_length = 12
     c.task.test_length.min_length = 13
     c.task.test_length.max_length = 24
     c.task.test_length.size = 16
   elif arg == "paper":
-    c.model.num_layers = 5
-    c.model.d_model = 64
-    c.model.num_heads = 8
-    c.batch_size = 128
+    config_lib.use_paper_model(c)
     c.steps = 100_000
-    c.learning_rate = 1e-3
-    c.warmup_steps = 1000
     c.checkpoint_every = 5000
     c.eval_every = 5000
   elif arg not in (None, ""):
