@@ -14,8 +14,12 @@ so here the bias is `(u . k_j + (q_i + v) . R_{rel(i,j)}) / sqrt(K)` on the
 scaled scores. `u` (`relpos_contentbias`) and `v` (`relpos_relativebias`) are
 `[H, K]`, initialised N(0, 0.02); `W_R` as `hk.Linear`'s default (a normal
 truncated at 2 stddev, stddev `1/sqrt(H K)`); `max_time` 10,000. Their
-"relative shift" (the Transformer-XL skew of the `[Q, 2L]` logits) is a
-gather here: query chunk `i` reads column `rel(i, j)` of `(q_i + v) . R`.
+"relative shift" (the Transformer-XL skew of the `[Q, 2L]` logits) is the same
+skew here (`relative_shift`: a pad and reshapes, no gather), per block of `Q`
+queries and `S` keys over the `Q + S - 1` distances that block spans; like
+theirs it reads the positions as in order (`0 .. L-1`, as the model makes
+them for these kinds): a block's distances are those of its first query and
+key.
 
 - `relative`: `rel = i - j`, the benchmark's bidirectional encoder (its
   `_rel_shift_inner` on `pos_seq = arange(L, -L, -1)`). In the decoder, `rel =
@@ -48,16 +52,29 @@ from bifocal_jax.positions import absolute
 from bifocal_jax.positions import base
 
 
-def relative_logits(q_BxHxQxK, k_BxHxSxK, rel_index_BxQxS, r_RxHxK, u_HxK, v_HxK) -> jax.Array:
-  """`(u . k_j + (q_i + v) . R[rel_index(i, j)]) / sqrt(K)`, `[B, H, Q, S]` float32."""
+def relative_shift(x_BxHxQxW: jax.Array, keys: int) -> jax.Array:
+  """`y[.., i, j] = x[.., i, Q - 1 - i + j]` as `[B, H, Q, keys]` (`W >= Q + keys - 1`).
+
+  Transformer-XL's skew: with column `w` of row `i` the distance
+  `d_max - w`, row `i` of the result reads distances `d_max - (Q - 1) + i - j`.
+  Row-major, element `(i, j)` is element `Q - 1 + i W' + j` of the rows
+  flattened with one padding column (`W' = W + 1`), so a slice and reshapes
+  do it (their `_rel_shift_inner` likewise), and the backward is a pad.
+  """
+  *lead, q, w = x_BxHxQxW.shape
+  flat = jnp.pad(x_BxHxQxW, [(0, 0)] * len(lead) + [(0, 0), (0, 1)]).reshape(*lead, q * (w + 1))
+  return flat[..., q - 1:q - 1 + q * w].reshape(*lead, q, w)[..., :keys]
+
+
+def relative_logits(q_BxHxQxK, k_BxHxSxK, r_WxHxK, u_HxK, v_HxK) -> jax.Array:
+  """`(u . k_j + (q_i + v) . R[rel(i, j)]) / sqrt(K)`, `[B, H, Q, S]` float32, where
+  row `w` of `r_WxHxK` encodes the distance `i - j = d_max - w` and
+  `d_max = Q - 1 + (first query's position - last key's position)` (W = Q + S - 1)."""
   scale = q_BxHxQxK.shape[-1]**-0.5
   q = q_BxHxQxK.astype(jnp.float32)
   content = jnp.einsum("hk,bhsk->bhs", u_HxK, k_BxHxSxK.astype(jnp.float32))[:, :, None, :]
-  position = jnp.einsum("bhqk,rhk->bhqr", q + v_HxK[:, None, :], r_RxHxK)  # [B, H, Q, R]
-  index = jnp.broadcast_to(rel_index_BxQxS[:, None],
-                           position.shape[:3] + rel_index_BxQxS.shape[-1:])
-  position = jnp.take_along_axis(position, index, axis=-1, mode="clip")
-  return (content + position) * scale
+  position = jnp.einsum("bhqk,whk->bhqw", q + v_HxK[:, None, :], r_WxHxK)  # [B, H, Q, W]
+  return (content + relative_shift(position, k_BxHxSxK.shape[2])) * scale
 
 
 class RelativeBias(nnx.Module):
@@ -89,16 +106,20 @@ class RelativeBias(nnx.Module):
     u, v = self.u_HxK[...], self.v_HxK[...]
 
     def fn(q, k, qp, kp):
-      length = k.shape[2]
-      offsets = jnp.arange(-(length - 1), length)  # d = i - j, column d + L - 1
+      queries, keys = q.shape[2], k.shape[2]
+      # The block's distances i - j, largest first: from (first query - first
+      # key) + Q - 1 down to (first query - last key). In-order positions, so
+      # the last key is the first plus S - 1 (a padded block's edge-repeated
+      # positions are not).
+      d_max = qp[0, 0] - kp[0, 0] + queries - 1
+      offsets = d_max - jnp.arange(queries + keys - 1)
       if self.randomized:
-        r = jnp.arange(length) if distances_L is None else distances_L
-        d = -offsets  # their d = j - i
-        values = jnp.sign(d) * jnp.take(r, jnp.abs(d), mode="clip")
+        d = -offsets  # their d = j - i; in order (no draws) r_|d| = |d|
+        values = d if distances_L is None else jnp.sign(d) * jnp.take(distances_L, jnp.abs(d),
+                                                                      mode="clip")
       else:
         values = offsets
-      rel_index = (qp[..., :, None] - kp[..., None, :]) + (length - 1)
-      return relative_logits(q, k, rel_index, self.encodings(values), u, v)
+      return relative_logits(q, k, self.encodings(values), u, v)
 
     return fn
 
