@@ -124,3 +124,23 @@ def test_setting_a_placeholder_key_in_one_config_leaves_the_others():
   first.cope_npos, first.t5_buckets = 7, 16
   assert second.cope_npos is None and second.t5_buckets is None
   assert attention.default_position_config().cope_npos is None
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["decoder", "encoder"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_long_sequences_in_blocks_equal_the_whole_sequence(kind, causal):
+  """Past `query_chunk` attention runs in blocks of queries (and, for `attend`,
+  of keys): every kind must give the logits of the whole-sequence path, so a
+  scheme reading positions or distances within a block, not the sequence,
+  fails here (37 tokens in blocks of 8: the last one padded)."""
+  scheme = positions.get(kind)
+  if not (scheme.decoder if causal else scheme.encoder):
+    pytest.skip(f"{kind} is not defined for this direction")
+  # CoPE's and FoPE's context-length keys as a 37-token training run's.
+  model = _tiny_model(kind, causal=causal, vocab=12, randomize_eval=False, cope_npos=38,
+                      fope_max_length=37)
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 12, (2, 37)))
+  whole = np.asarray(model(tokens, train=False))
+  for block in model.blocks:
+    block.attn.query_chunk = 8
+  np.testing.assert_allclose(np.asarray(model(tokens, train=False)), whole, atol=2e-5, rtol=1e-5)
