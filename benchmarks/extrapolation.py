@@ -97,6 +97,7 @@ from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # bifocal_jax, from a checkout
+from bifocal_jax import positions as positions_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax.tasks.external import published as published_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 RESULTS_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
@@ -117,6 +118,13 @@ KINDS = {
     "bifocal_pairs": {"position.kind": "bifocal", "position.split": "pairs"},
 }
 SPECTRAL_KINDS = ("spectral", "bifocal_heads", "bifocal_pairs")
+# The kinds of the bifocal verdict (the cpu and converged sweeps).
+VERDICT_KINDS = tuple(KINDS)
+# Every other `position.kind` of the registry (`bifocal_jax/positions/`), under
+# its own name: the roster of the field's schemes (issue 31).
+ROSTER_KINDS = tuple(k for k in positions_lib.POSITION_KINDS
+                     if k != "bifocal" and k not in KINDS)
+KINDS.update({k: {"position.kind": k} for k in ROSTER_KINDS})
 
 
 # ----------------------------------------------------------------------------
@@ -172,6 +180,9 @@ class TaskSpec:
   # task is another TaskSpec, named apart: its budgets, workdirs, summaries).
   config_name: str = ""
   kinds: tuple[str, ...] = ()  # the position kinds run on it (default: the preset's)
+  # Kinds run after those (and the task's protocol arms), seed-major: a sweep
+  # stopped early has whole seeds of the verdict's kinds first.
+  later_kinds: tuple[str, ...] = ()
 
   @property
   def config(self) -> str:
@@ -398,6 +409,8 @@ class Preset:
       if task.name in self.protocol_tasks:
         out += [Run(task, kind, seed, arm=arm) for seed in self.seeds
                 for arm, kind in (("surgery", "bifocal_heads"), ("continue", "rope"))]
+      for seed in self.seeds:
+        out += [Run(task, kind, seed) for kind in task.later_kinds]
     by_name = {t.name: t for t in self.tasks}
     if self.sensitivity:
       task = by_name[self.sensitivity_task]
@@ -492,7 +505,9 @@ _CONVERGED_DYCK = TaskSpec(
     "dyck", _DYCK_SPLITS, overrides=_cpu_model(eval_every=1000, keep_checkpoints=20),
     max_steps=8 * _DYCK_JUST_FIT, interval=250, published=_DYCK_PUBLISHED,
     at_multiples=(1, 2, 4, 8), just_fit=_DYCK_JUST_FIT, checkpoint_examples=500,
-    checkpoint_published=tuple((f, n // 4) for f, n in _DYCK_PUBLISHED))
+    checkpoint_published=tuple((f, n // 4) for f, n in _DYCK_PUBLISHED),
+    # The field's schemes defined for the causal decoder (issue 31's roster).
+    later_kinds=tuple(k for k in ROSTER_KINDS if positions_lib.get(k).decoder))
 # The Chomsky-hierarchy protocol's model (5 layers, width 64, 8 heads, batch
 # 128, its learning rate 1e-3) on the same Dyck task; `nope`, `rope`, `alibi`
 # and the spectral kinds (issue 30). Its just-fit budget is unmeasured: the
@@ -501,7 +516,7 @@ _CONVERGED_DYCK_5LAYER = dataclasses.replace(
     _CONVERGED_DYCK, name="dyck_5layer", config_name="dyck",
     overrides=_cpu_model(**{"model.num_layers": 5, "model.num_heads": 8, "batch_size": 128,
                             "learning_rate": 1e-3, "eval_every": 1000, "keep_checkpoints": 20}),
-    kinds=("nope", "rope", "alibi", "spectral", "bifocal_heads", "bifocal_pairs"))
+    kinds=("nope", "rope", "alibi", "spectral", "bifocal_heads", "bifocal_pairs"), later_kinds=())
 
 PRESETS = {
     # The test: seconds per run.
@@ -527,7 +542,7 @@ PRESETS = {
                        interval=_CHE_MAX_STEPS.get(name, (3000, 250))[1],
                        che=_CHE_PROTOCOL) for name in _CHE_TASKS),
         ),
-        kinds=tuple(KINDS), seeds=(0, 1, 2, 3, 4),
+        kinds=VERDICT_KINDS, seeds=(0, 1, 2, 3, 4),
         protocol_tasks=("dyck", "modular_arithmetic_brackets_depth"), sensitivity=_SENSITIVITY,
         budget_checks=_BUDGET_CHECKS, seed_extensions=_SEED_EXTENSIONS),
     # Trained models: the cpu preset's kinds at a convergence budget
@@ -538,7 +553,7 @@ PRESETS = {
     # paper's protocol; each task's scratch runs seed-major.
     "converged": Preset(
         tasks=(_CONVERGED_DYCK, _CONVERGED_DYCK_5LAYER),
-        kinds=tuple(KINDS), seeds=(0, 1, 2, 3, 4), protocol_tasks=("dyck",), converged=0.002,
+        kinds=VERDICT_KINDS, seeds=(0, 1, 2, 3, 4), protocol_tasks=("dyck",), converged=0.002,
         in_order=True),
     # One H200: the cpu preset's tasks at the protocol's model size, each
     # (task, kind) one population of 8 seeds x 2 learning rates; fixed budgets.

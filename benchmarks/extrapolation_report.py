@@ -424,7 +424,9 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
   parts = [f"Runs summarised: {len(summaries)} (of the {total} the preset makes for the tasks "
            f"learned; {len(preset.kinds)} position kinds x {len(preset.seeds)} seeds per task, "
            "plus the protocol and sensitivity arms"
-           + (" and further seeds of some cells" if preset.seed_extensions else "") + ").",
+           + (" and further seeds of some cells" if preset.seed_extensions else "")
+           + "".join(f"; on {t.name} {len(t.later_kinds)} more kinds (the roster) after them"
+                     for t in preset.tasks if t.later_kinds) + ").",
            budgets_section(preset, budgets)]
   if summaries:
     dates = sorted(s["date"] for s in summaries)

@@ -806,3 +806,21 @@ def test_dry_run_lists_the_shards_runs(tmp_path):
   assert not set(names[0]) & set(names[1])
   bad = _cli("--preset=population_smoke", "--shard=2/2", "--dry_run", timeout=120)
   assert bad.returncode == 2 and "shard='2/2': needs 0 <= i < N" in bad.stderr
+
+
+def test_the_converged_sweep_runs_the_roster_after_the_verdicts_seeds():
+  """Every position kind of the registry that the decoder takes is a Dyck
+  kind of the converged sweep (issue 31's roster), after all seeds of the
+  verdict's kinds; the cpu sweep keeps its kinds."""
+  from bifocal_jax import positions
+  runs = [r for r in ex.PRESETS["converged"].runs() if r.task.name == "dyck" and r.arm == "scratch"]
+  kinds = {r.kind for r in runs}
+  decoder = {k for k in positions.POSITION_KINDS if positions.get(k).decoder} - {"bifocal"}
+  assert decoder | {"bifocal_heads", "bifocal_pairs"} == kinds
+  assert "randomized_relative" not in kinds  # encoder only
+  first_roster = min(i for i, r in enumerate(runs) if r.kind in ex.ROSTER_KINDS)
+  verdict = [r for r in runs[:first_roster]]
+  assert {(r.kind, r.seed) for r in verdict} == {
+      (k, s) for k in ex.VERDICT_KINDS for s in ex.PRESETS["converged"].seeds}
+  assert {r.kind for r in ex.PRESETS["cpu"].runs()} <= set(ex.VERDICT_KINDS)
+  assert all(ex.KINDS[k] == {"position.kind": k} for k in ex.ROSTER_KINDS)
