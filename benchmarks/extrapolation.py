@@ -518,6 +518,18 @@ _CONVERGED_DYCK_5LAYER = dataclasses.replace(
                             "learning_rate": 1e-3, "eval_every": 1000, "keep_checkpoints": 20}),
     kinds=("nope", "rope", "alibi", "spectral", "bifocal_heads", "bifocal_pairs"), later_kinds=())
 
+# The Chomsky-hierarchy tasks the cpu sweep learned fastest (`cpu/budgets.json`:
+# just-fit budgets 250, 2,000 and 2,500 steps), trained up to 4x that to
+# convergence by RoPE's calibration, with every kind the encoder takes: the
+# benchmark's own encodings, their randomized variants and the field's
+# schemes with an encoder form (issue 31).
+_CHOMSKY_JUST_FIT = {"bucket_sort": 250, "cycle_navigation": 2000, "reverse_string": 2500}
+_CONVERGED_CHOMSKY = tuple(
+    TaskSpec(name, ("valid",), overrides=_cpu_model(), max_steps=4 * fit,
+             interval=max(fit // 4, 125), che=_CHE_PROTOCOL, at_multiples=(1, 2), just_fit=fit,
+             checkpoint_examples=500) for name, fit in _CHOMSKY_JUST_FIT.items())
+ENCODER_KINDS = VERDICT_KINDS + tuple(k for k in ROSTER_KINDS if positions_lib.get(k).encoder)
+
 PRESETS = {
     # The test: seconds per run.
     "smoke": Preset(
@@ -554,6 +566,10 @@ PRESETS = {
     "converged": Preset(
         tasks=(_CONVERGED_DYCK, _CONVERGED_DYCK_5LAYER),
         kinds=VERDICT_KINDS, seeds=(0, 1, 2, 3, 4), protocol_tasks=("dyck",), converged=0.002,
+        in_order=True),
+    # The roster on the learned Chomsky-hierarchy tasks at convergence.
+    "converged_chomsky": Preset(
+        tasks=_CONVERGED_CHOMSKY, kinds=ENCODER_KINDS, seeds=(0, 1, 2, 3, 4), converged=0.002,
         in_order=True),
     # One H200: the cpu preset's tasks at the protocol's model size, each
     # (task, kind) one population of 8 seeds x 2 learning rates; fixed budgets.

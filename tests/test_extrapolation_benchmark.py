@@ -824,3 +824,13 @@ def test_the_converged_sweep_runs_the_roster_after_the_verdicts_seeds():
       (k, s) for k in ex.VERDICT_KINDS for s in ex.PRESETS["converged"].seeds}
   assert {r.kind for r in ex.PRESETS["cpu"].runs()} <= set(ex.VERDICT_KINDS)
   assert all(ex.KINDS[k] == {"position.kind": k} for k in ex.ROSTER_KINDS)
+
+
+def test_the_converged_chomsky_sweep_runs_every_encoder_kind():
+  from bifocal_jax import positions
+  preset = ex.PRESETS["converged_chomsky"]
+  kinds = {r.kind for r in preset.runs()}
+  encoder = {k for k in positions.POSITION_KINDS if positions.get(k).encoder} - {"bifocal"}
+  assert kinds == encoder | {"bifocal_heads", "bifocal_pairs"}
+  assert "fire" not in kinds and "kerple_log" not in kinds  # causal in their sources
+  assert {r.task.name for r in preset.calibration_runs()} == set(ex._CHOMSKY_JUST_FIT)
