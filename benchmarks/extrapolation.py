@@ -97,6 +97,7 @@ from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # bifocal_jax, from a checkout
+from bifocal_jax import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax.tasks.external import published as published_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 RESULTS_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
@@ -117,6 +118,24 @@ KINDS = {
     "bifocal_pairs": {"position.kind": "bifocal", "position.split": "pairs"},
 }
 SPECTRAL_KINDS = ("spectral", "bifocal_heads", "bifocal_pairs")
+
+
+def kind_overrides(kind: str) -> dict:
+  """The config overrides of a sweep kind: `KINDS`'s, or, for any other valid
+  `position.kind` (a mixed `rope+cope` too), that kind under its own name
+  (the name is a directory of the runs and a row of the tables, `+` and all)."""
+  if kind in KINDS:
+    return KINDS[kind]
+  if not positions.is_valid_kind(kind):
+    raise ValueError(f"kind {kind!r}: not one of the sweep's {tuple(KINDS)} nor a position.kind")
+  return {"position.kind": kind}
+
+
+def is_spectral(kind: str) -> bool:
+  """Whether a sweep kind has trainable spectra (its evaluation analyses them)."""
+  if kind in KINDS:
+    return kind in SPECTRAL_KINDS
+  return any(p.name in ("spectral", "bifocal") for p in positions.parts(kind))
 
 
 # ----------------------------------------------------------------------------
@@ -242,7 +261,7 @@ class Run:
 
   def overrides(self, out: str, budget: int) -> dict:
     o = dict(self.task.overrides)
-    o.update(KINDS[self.kind])
+    o.update(kind_overrides(self.kind))
     o.update(seed=self.seed, steps=self.steps(budget), progress_bar=False)
     o.update({k: v.resolve(o["steps"]) if isinstance(v, OfSteps) else v
               for k, v in self.setting})
@@ -289,7 +308,7 @@ def eval_command(task: TaskSpec, kind: str, workdir: str, out: str,
   if task.che:
     stride, per_length = task.che
     command += ["--che", f"--che_stride={stride}", f"--che_per_length={per_length}"]
-  if kind in SPECTRAL_KINDS and step is None:
+  if is_spectral(kind) and step is None:
     command.append("--spectrum")
   return command
 
@@ -332,7 +351,7 @@ class PopulationRun:
 
   def overrides(self, budget: int) -> dict:
     o = dict(self.task.overrides)
-    o.update(KINDS[self.kind])
+    o.update(kind_overrides(self.kind))
     o.update({"steps": budget, "progress_bar": False, "population.seeds": self.seeds,
               "population.learning_rates": self.learning_rates,
               "population.data_workers": self.data_workers})
