@@ -97,7 +97,7 @@ from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # bifocal_jax, from a checkout
-from bifocal_jax import positions as positions_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax.tasks.external import published as published_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 RESULTS_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
@@ -122,9 +122,27 @@ SPECTRAL_KINDS = ("spectral", "bifocal_heads", "bifocal_pairs")
 VERDICT_KINDS = tuple(KINDS)
 # Every other `position.kind` of the registry (`bifocal_jax/positions/`), under
 # its own name: the roster of the field's schemes (issue 31).
-ROSTER_KINDS = tuple(k for k in positions_lib.POSITION_KINDS
+ROSTER_KINDS = tuple(k for k in positions.POSITION_KINDS
                      if k != "bifocal" and k not in KINDS)
 KINDS.update({k: {"position.kind": k} for k in ROSTER_KINDS})
+
+
+def kind_overrides(kind: str) -> dict:
+  """The config overrides of a sweep kind: `KINDS`'s, or, for any other valid
+  `position.kind` (a mixed `rope+cope` too), that kind under its own name
+  (the name is a directory of the runs and a row of the tables, `+` and all)."""
+  if kind in KINDS:
+    return KINDS[kind]
+  if not positions.is_valid_kind(kind):
+    raise ValueError(f"kind {kind!r}: not one of the sweep's {tuple(KINDS)} nor a position.kind")
+  return {"position.kind": kind}
+
+
+def is_spectral(kind: str) -> bool:
+  """Whether a sweep kind has trainable spectra (its evaluation analyses them)."""
+  if kind in KINDS:
+    return kind in SPECTRAL_KINDS
+  return any(p.name in ("spectral", "bifocal") for p in positions.parts(kind))
 
 
 # ----------------------------------------------------------------------------
@@ -253,7 +271,7 @@ class Run:
 
   def overrides(self, out: str, budget: int) -> dict:
     o = dict(self.task.overrides)
-    o.update(KINDS[self.kind])
+    o.update(kind_overrides(self.kind))
     o.update(seed=self.seed, steps=self.steps(budget), progress_bar=False)
     o.update({k: v.resolve(o["steps"]) if isinstance(v, OfSteps) else v
               for k, v in self.setting})
@@ -300,7 +318,7 @@ def eval_command(task: TaskSpec, kind: str, workdir: str, out: str,
   if task.che:
     stride, per_length = task.che
     command += ["--che", f"--che_stride={stride}", f"--che_per_length={per_length}"]
-  if kind in SPECTRAL_KINDS and step is None:
+  if is_spectral(kind) and step is None:
     command.append("--spectrum")
   return command
 
@@ -343,7 +361,7 @@ class PopulationRun:
 
   def overrides(self, budget: int) -> dict:
     o = dict(self.task.overrides)
-    o.update(KINDS[self.kind])
+    o.update(kind_overrides(self.kind))
     o.update({"steps": budget, "progress_bar": False, "population.seeds": self.seeds,
               "population.learning_rates": self.learning_rates,
               "population.data_workers": self.data_workers})
@@ -507,7 +525,7 @@ _CONVERGED_DYCK = TaskSpec(
     at_multiples=(1, 2, 4, 8), just_fit=_DYCK_JUST_FIT, checkpoint_examples=500,
     checkpoint_published=tuple((f, n // 4) for f, n in _DYCK_PUBLISHED),
     # The field's schemes defined for the causal decoder (issue 31's roster).
-    later_kinds=tuple(k for k in ROSTER_KINDS if positions_lib.get(k).decoder))
+    later_kinds=tuple(k for k in ROSTER_KINDS if positions.get(k).decoder))
 # The Chomsky-hierarchy protocol's model (5 layers, width 64, 8 heads, batch
 # 128, its learning rate 1e-3) on the same Dyck task; `nope`, `rope`, `alibi`
 # and the spectral kinds (issue 30). Its just-fit budget is unmeasured: the
@@ -528,7 +546,7 @@ _CONVERGED_CHOMSKY = tuple(
     TaskSpec(name, ("valid",), overrides=_cpu_model(), max_steps=4 * fit,
              interval=max(fit // 4, 125), che=_CHE_PROTOCOL, at_multiples=(1, 2), just_fit=fit,
              checkpoint_examples=500) for name, fit in _CHOMSKY_JUST_FIT.items())
-ENCODER_KINDS = VERDICT_KINDS + tuple(k for k in ROSTER_KINDS if positions_lib.get(k).encoder)
+ENCODER_KINDS = VERDICT_KINDS + tuple(k for k in ROSTER_KINDS if positions.get(k).encoder)
 
 PRESETS = {
     # The test: seconds per run.

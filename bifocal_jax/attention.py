@@ -21,6 +21,12 @@ Whatever the kind, a rotary module is held as `self.rope` and only its
 and call, and shared by queries and keys. Surgery (`surgery.py`) swaps
 `self.rope` for a spectral module with the same spectrum. A scheme's
 per-layer module (biases, data-dependent attention) is `self.position`.
+
+A mixed kind `a+b` (`positions/mixed.py`) holds instead one `HeadGroup` per
+kind at `self.groups[kind]` (its own `rope` and `position`, built for its
+heads); the QKV and output projections still span all heads, each group
+attends with its own scheme on its slice of heads, and the outputs are
+concatenated along heads before the output projection.
 """
 
 from __future__ import annotations
@@ -70,6 +76,22 @@ def make_rope(position: ml_collections.ConfigDict, *, num_heads: int, head_dim: 
                                                       head_dim=head_dim)
 
 
+class HeadGroup(nnx.Module):
+  """One side of a mixed kind: the rotary and per-layer position modules of
+  `num_heads` consecutive heads (built as a pure layer of that kind builds
+  them for that many heads)."""
+
+  def __init__(self, scheme, position: ml_collections.ConfigDict, *, d_model: int, num_heads: int,
+               head_dim: int, causal: bool, rngs: nnx.Rngs):
+    self.kind, self.interface = scheme.name, scheme.interface
+    self.num_heads, self.head_dim = num_heads, head_dim
+    self.rope = None if scheme.rope is None else scheme.rope(position, num_heads=num_heads,
+                                                             head_dim=head_dim)
+    self.position = (None if scheme.layer is None else
+                     scheme.layer(position, d_model=d_model, num_heads=num_heads, head_dim=head_dim,
+                                  causal=causal, rngs=rngs))
+
+
 class Attention(nnx.Module):
   """Multi-head self-attention over `x_BxLxD` with a fused QKV projection.
 
@@ -97,6 +119,17 @@ class Attention(nnx.Module):
     self.position = (None if scheme.layer is None else
                      scheme.layer(position, d_model=d_model, num_heads=num_heads, head_dim=head_dim,
                                   causal=causal, rngs=rngs))
+    groups, self.group_kinds = None, ()
+    if self.interface == positions_lib.MIXED:
+      parts = positions_lib.parts(self.kind)
+      sizes = positions_lib.mixed.head_split(position, num_heads=num_heads)
+      self.group_kinds = tuple(p.name for p in parts)  # head order: the first kind's heads first
+      groups = nnx.Dict({
+          p.name:
+              HeadGroup(p, position, d_model=d_model, num_heads=n, head_dim=head_dim, causal=causal,
+                        rngs=rngs) for p, n in zip(parts, sizes)
+      })
+    self.groups = groups
 
   def __call__(self, x_BxLxD: jax.Array, positions_BxL: jax.Array,
                valid_BxL: jax.Array | None = None, *, shared: nnx.Module | None = None,
@@ -110,22 +143,42 @@ class Attention(nnx.Module):
     """
     qkv_TxBxLxHxK = jnp.einsum("bld,dthk->tblhk", x_BxLxD, self.qkv_DxTxHxK[...].astype(self.dtype))
     rope_lib.check_positions(qkv_TxBxLxHxK.shape[1:], positions_BxL.shape)
-    qk_2xBxLxHxK = qkv_TxBxLxHxK[:2]
-    if self.rope is not None:
-      qk_2xBxLxHxK = rotate_queries_keys(qk_2xBxLxHxK, positions_BxL, self.rope.frequencies(),
-                                         self.rope.layout)
-    if self.interface == positions_lib.ATTENTION:
-      out_BxLxHxK = self.position.attend(x_BxLxD, qk_2xBxLxHxK[0], qk_2xBxLxHxK[1],
-                                         qkv_TxBxLxHxK[2], positions_BxL, valid_BxL,
-                                         causal=self.causal, query_chunk=self.query_chunk)
+    common = dict(causal=self.causal, query_chunk=self.query_chunk, distances_L=distances_L)
+    if self.groups is None:
+      out_BxLxHxK = attend_heads(x_BxLxD, qkv_TxBxLxHxK, positions_BxL, valid_BxL, rope=self.rope,
+                                 position=self.position, interface=self.interface, shared=shared,
+                                 **common)
     else:
-      bias_module = self.position if self.position is not None else shared
-      bias_fn = (None if bias_module is None or self.interface != positions_lib.BIAS else
-                 bias_module.bias_fn(causal=self.causal, distances_L=distances_L))
-      out_BxLxHxK = attend(qk_2xBxLxHxK[0], qk_2xBxLxHxK[1], qkv_TxBxLxHxK[2], positions_BxL,
-                           valid_BxL, causal=self.causal, bias_fn=bias_fn,
-                           query_chunk=self.query_chunk)
+      outs, start = [], 0
+      for kind in self.group_kinds:
+        group = self.groups[kind]
+        stop = start + group.num_heads
+        outs.append(
+            attend_heads(x_BxLxD, qkv_TxBxLxHxK[:, :, :, start:stop], positions_BxL, valid_BxL,
+                         rope=group.rope, position=group.position, interface=group.interface,
+                         shared=None if shared is None else shared.get(kind), **common))
+        start = stop
+      out_BxLxHxK = jnp.concatenate(outs, axis=2)
     return jnp.einsum("blhk,hkd->bld", out_BxLxHxK, self.out_HxKxD[...].astype(self.dtype))
+
+
+def attend_heads(x_BxLxD, qkv_TxBxLxHxK, positions_BxL, valid_BxL, *, rope, position,
+                 interface: str, shared, causal: bool, query_chunk: int, distances_L=None):
+  """One scheme's attention over the heads of `qkv_TxBxLxHxK` (all of a
+  layer's, or a mixed kind's group): rotary `rope`, then the scheme's
+  `attend` (interface `attention`) or `attend` with its bias (`position`, or
+  the model's `shared` module). Returns `out_BxLxHxK`."""
+  qk_2xBxLxHxK = qkv_TxBxLxHxK[:2]
+  if rope is not None:
+    qk_2xBxLxHxK = rotate_queries_keys(qk_2xBxLxHxK, positions_BxL, rope.frequencies(), rope.layout)
+  if interface == positions_lib.ATTENTION:
+    return position.attend(x_BxLxD, qk_2xBxLxHxK[0], qk_2xBxLxHxK[1], qkv_TxBxLxHxK[2],
+                           positions_BxL, valid_BxL, causal=causal, query_chunk=query_chunk)
+  bias_module = position if position is not None else shared
+  bias_fn = (None if bias_module is None or interface != positions_lib.BIAS else
+             bias_module.bias_fn(causal=causal, distances_L=distances_L))
+  return attend(qk_2xBxLxHxK[0], qk_2xBxLxHxK[1], qkv_TxBxLxHxK[2], positions_BxL, valid_BxL,
+                causal=causal, bias_fn=bias_fn, query_chunk=query_chunk)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))

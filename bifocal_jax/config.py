@@ -178,9 +178,13 @@ def _check_model_and_position(config, task) -> int:
   except ValueError as e:
     _reraise(e)
   position = config.position
-  if position.kind not in attention.POSITION_KINDS:
-    _fail("position.kind", position.kind, f"must be one of {attention.POSITION_KINDS}")
-  scheme = positions.get(position.kind)
+  # A base kind or a mixed `a+b` kind (`positions.mixed`): `get` names why not.
+  try:
+    scheme = positions.get(position.kind)
+  except (ValueError, TypeError) as e:
+    if not isinstance(position.kind, str):
+      _fail("position.kind", position.kind, f"must be one of {attention.POSITION_KINDS}")
+    _reraise(e)
   try:
     scheme.check_direction(causal=task.causal)
     if scheme.check is not None:

@@ -196,15 +196,22 @@ def spectral_frequencies(model: nnx.Module) -> jax.Array | None:
   """Current spectral frequencies as `[layers, heads, pairs]` (None without any).
 
   Heads are the spectral heads (1 for a shared spectrum); pairs the spectral
-  pairs. This is what the training trajectory records.
+  pairs. This is what the training trajectory records. In a mixed kind
+  (`spectral+alibi`) they are the spectral heads of its rotary group(s).
   """
   per_layer = []
   for block in model.blocks:
-    rope = block.attn.rope
-    log_frequency = getattr(rope, "log_frequency", None)
-    if isinstance(log_frequency, rope_lib.SpectralFrequency):
-      f = jnp.exp(log_frequency[...])
-      per_layer.append(f[None] if f.ndim == 1 else f)
+    groups = block.attn.groups
+    ropes = ([block.attn.rope]
+             if groups is None else [groups[kind].rope for kind in block.attn.group_kinds])
+    spectra = []
+    for rope in ropes:
+      log_frequency = getattr(rope, "log_frequency", None)
+      if isinstance(log_frequency, rope_lib.SpectralFrequency):
+        f = jnp.exp(log_frequency[...])
+        spectra.append(f[None] if f.ndim == 1 else f)
+    if spectra:
+      per_layer.append(jnp.concatenate(spectra, axis=0))
   if not per_layer:
     return None
   return jnp.stack(per_layer)

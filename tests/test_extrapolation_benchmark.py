@@ -76,6 +76,35 @@ def test_commands_carry_kind_arm_and_settings():
   assert "--config.steps=400" in frozen.train_command("/o", 400)
 
 
+def test_a_mixed_kind_runs_under_its_own_name():
+  """A mixed `position.kind` (`rope+cope`) is a sweep kind as it is named:
+  its runs' directories, commands and report rows carry the `+`."""
+  preset = ex.Preset(tasks=(TASK,), kinds=("rope", "rope+cope", "spectral+alibi"), seeds=(0,),
+                     protocol_tasks=())
+  rope, mixed, spectral = preset.runs()
+  assert mixed.name == "odds_first/scratch/rope+cope/seed0"
+  train = mixed.train_command("/o", 400)
+  assert "--workdir=/o/odds_first/scratch/rope+cope/seed0" in train
+  assert "--config.position.kind=rope+cope" in train
+  assert "--spectrum" not in mixed.eval_command("/o")
+  assert "--spectrum" in spectral.eval_command("/o")
+  with pytest.raises(ValueError, match=r"kind 'rope\+rope': not one of the sweep's"):
+    ex.Run(TASK, "rope+rope", 0).train_command("/o", 400)
+
+
+def test_report_rows_and_pairings_of_a_mixed_kind(tmp_path):
+  results = str(tmp_path)
+  rope = [0.50, 0.60, 0.55]
+  _write(results, [_summary("rope", i, valid=0.9, test_length=a) for i, a in enumerate(rope)] +
+         [_summary("rope+cope", i, valid=0.9, test_length=a + 0.05) for i, a in enumerate(rope)])
+  assert os.path.isfile(os.path.join(results, "odds_first", "scratch", "rope+cope", "seed0.json"))
+  preset = ex.Preset(tasks=(TASK,), kinds=("rope", "rope+cope"), seeds=(0, 1, 2),
+                     protocol_tasks=())
+  markdown = report_lib.report(preset, results)
+  assert _rows(markdown, "rope+cope |")[0][1] == "3"
+  assert _rows(markdown, "rope+cope (scratch) - rope (scratch)")[0][4].startswith("**+0.050 [")
+
+
 def test_budget_checks_train_a_multiple_of_the_budget_and_count_their_steps(tmp_path):
   preset = ex.Preset(tasks=(TASK,), kinds=("rope", "bifocal_heads"), seeds=(0, 1),
                      protocol_tasks=("odds_first",),

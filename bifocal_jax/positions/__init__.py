@@ -17,7 +17,9 @@ Adding a scheme is one file and one registry entry:
      default, so that the configs of existing runs stay comparable).
   2. this file: the module in `_FAMILIES`.
 Then add its test, `tests/test_positions_<family>.py`, and its README row.
-`POSITION_KINDS` (every valid `position.kind`) is derived from the registry.
+`POSITION_KINDS` (every base `position.kind`) is derived from the registry;
+a mixed kind `a+b` of two of them (`mixed.py`: the heads split between two
+schemes) is valid too: `is_valid_kind`, `parts`.
 """
 
 from __future__ import annotations
@@ -32,16 +34,19 @@ from bifocal_jax.positions import fire
 from bifocal_jax.positions import fope
 from bifocal_jax.positions import fox
 from bifocal_jax.positions import kerple
+from bifocal_jax.positions import mixed
 from bifocal_jax.positions import path
 from bifocal_jax.positions import relative
 from bifocal_jax.positions import rotary
 from bifocal_jax.positions import stickbreaking
 from bifocal_jax.positions import t5
-from bifocal_jax.positions.base import ABSOLUTE, ATTENTION, BIAS, NONE, ROTARY, Scheme
+from bifocal_jax.positions.base import ABSOLUTE, ATTENTION, BIAS, MIXED, NONE, ROTARY, Scheme
 
 _FAMILIES = (rotary, alibi, absolute, relative, t5, kerple, fire)
 # Data-dependent attention (interface `attention`), and FoPE.
 _FAMILIES += (cope, fox, stickbreaking, path, fope)
+# Mixed kinds `a+b` (no schemes of its own; its config key).
+_FAMILIES += (mixed,)
 
 SCHEMES: dict[str, Scheme] = {}
 for _family in _FAMILIES:
@@ -54,10 +59,30 @@ POSITION_KINDS = tuple(SCHEMES)
 
 
 def get(kind: str) -> Scheme:
-  """The scheme of `position.kind=kind`, or a ValueError naming the valid kinds."""
+  """The scheme of `position.kind=kind` (a mixed `a+b` kind's has interface
+  `mixed`), or a ValueError naming the kind and why it is not valid."""
+  if mixed.is_mixed(kind):
+    return mixed.scheme(kind, SCHEMES)
   if kind not in SCHEMES:
-    raise ValueError(f"position.kind={kind!r}: must be one of {POSITION_KINDS}")
+    raise ValueError(f"position.kind={kind!r}: must be one of {POSITION_KINDS} or a mixed kind "
+                     f"'a+b' of two of them")
   return SCHEMES[kind]
+
+
+def is_valid_kind(kind) -> bool:
+  """Whether `kind` is a base kind or an accepted mixed kind `a+b`."""
+  try:
+    get(kind)
+  except (ValueError, TypeError):
+    return False
+  return True
+
+
+def parts(kind: str) -> tuple[Scheme, ...]:
+  """The schemes of `kind`: its own, or a mixed kind's two (the first heads' first)."""
+  if mixed.is_mixed(kind):
+    return mixed.parse_kind(kind, SCHEMES)
+  return (get(kind),)
 
 
 def default_config_keys() -> dict:
@@ -89,6 +114,7 @@ def with_context_length(position, length: int):
 
 
 __all__ = [
-    "ABSOLUTE", "ATTENTION", "BIAS", "NONE", "POSITION_KINDS", "ROTARY", "SCHEMES", "Scheme",
-    "base", "default_config_keys", "get", "with_context_length"
+    "ABSOLUTE", "ATTENTION", "BIAS", "MIXED", "NONE", "POSITION_KINDS", "ROTARY", "SCHEMES",
+    "Scheme", "base", "default_config_keys", "get", "is_valid_kind", "mixed", "parts",
+    "with_context_length"
 ]

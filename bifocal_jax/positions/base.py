@@ -1,7 +1,9 @@
 """What a position scheme is: the `Scheme` record the registry holds, and the
 protocols of the modules its builders return.
 
-A scheme reaches the model through one (or none) of five interfaces:
+A scheme reaches the model through one (or none) of five interfaces (and a
+mixed kind `a+b`, `mixed.py`, through a sixth, `mixed`: two of them, each on
+its own group of heads):
 
   none       no positional signal.
   absolute   an embedding of the positions added to the token embeddings at the
@@ -31,7 +33,8 @@ import dataclasses
 from typing import Any, Callable
 
 NONE, ABSOLUTE, ROTARY, BIAS, ATTENTION = "none", "absolute", "rotary", "bias", "attention"
-INTERFACES = (NONE, ABSOLUTE, ROTARY, BIAS, ATTENTION)
+MIXED = "mixed"  # `a+b`: the heads split between two schemes (`mixed.py`)
+INTERFACES = (NONE, ABSOLUTE, ROTARY, BIAS, ATTENTION, MIXED)
 
 # How the model makes the positions of a call (`model.Transformer.position_inputs`).
 IN_ORDER = "in_order"  # 0 .. L-1, shared by the batch

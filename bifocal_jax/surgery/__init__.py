@@ -278,9 +278,11 @@ def _replacement(parent, key, path, value, predicate, o: _RopeOptions):
   where = "/".join(map(str, rope_path))
   if isinstance(parent, tuple):
     raise ValueError(f"cannot replace the rope at {where}: it is held in a tuple; use a list")
-  # Attention partials and our Attention's `rope` are called by code that
-  # knows the heads (and the head size); any other rope is called as rope(x).
-  site_knows_heads = in_partial or (isinstance(parent, attention_lib.Attention) and key == "rope")
+  # Attention partials and our Attention's `rope` (or a mixed kind's head
+  # group's, `attention.HeadGroup`, with the group's heads) are called by code
+  # that knows the heads (and the head size); any other rope is called as rope(x).
+  site_knows_heads = in_partial or (isinstance(
+      parent, (attention_lib.Attention, attention_lib.HeadGroup)) and key == "rope")
   if o.head_aware and not site_knows_heads:
     raise ValueError(
         f"per_head/split need a head-aware caller, but the rope at {where} is called as "
