@@ -23,7 +23,7 @@ command) 0.873 at 4,000 steps, and over 12,000 steps 0.908 at 9,500 and
 Trained models).
 MIN and MAX only with 4 layers (`--config.model.num_layers=4
 "--config.task.operators=('MIN','MAX')" --config.steps=6000
---config.eval_every=500`, rope, 2026-12-02, one run, ~95 minutes on this
+--config.eval_every=500`, rope, 2026-12-02, one run on this
 2-core VM beside a sweep): valid token accuracy 0.807 (500), 0.892 (1,000),
 0.966 (2,500), 0.985 (3,000), 0.990 (4,000), 0.993 (5,500-6,000): learned,
 and flat over its last quarter. Not yet the default (the 2-layer MIN/MAX
