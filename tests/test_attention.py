@@ -99,10 +99,12 @@ def test_output_depends_only_on_relative_positions(name, kind, overrides, positi
   np.testing.assert_allclose(output(layer, x, positions + offset), out, atol=1e-4)
   # Control: stretching the distances changes the output, unless there are no
   # positions in the layer (nope; absolute embeddings and biases shared by the
-  # layers live in the model; CoPE counts its positions from the gates).
+  # layers live in the model; CoPE counts its positions from the gates;
+  # Transformer-XL's relative shift reads the positions as in order, 0 .. L-1,
+  # as the model makes them for it: `positions/relative.py`).
   stretched = output(layer, x, 3 * positions)
   scheme = attention.positions_lib.get(kind)
-  if (scheme.rope is None and scheme.layer is None) or kind == "cope":
+  if (scheme.rope is None and scheme.layer is None) or kind in ("cope", "relative", "randomized_relative"):
     np.testing.assert_allclose(stretched, out, atol=1e-6)
   else:
     assert np.max(np.abs(stretched - out)) > 1e-3
