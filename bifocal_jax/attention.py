@@ -76,6 +76,17 @@ def make_rope(position: ml_collections.ConfigDict, *, num_heads: int, head_dim: 
                                                       head_dim=head_dim)
 
 
+def layer_position_modules(scheme, position: ml_collections.ConfigDict, *, d_model: int,
+                           num_heads: int, head_dim: int, causal: bool, rngs: nnx.Rngs):
+  """`(rope, position)`: a scheme's rotary and per-layer modules for `num_heads`
+  heads (either may be None)."""
+  rope = None if scheme.rope is None else scheme.rope(position, num_heads=num_heads,
+                                                      head_dim=head_dim)
+  layer = (None if scheme.layer is None else scheme.layer(
+      position, d_model=d_model, num_heads=num_heads, head_dim=head_dim, causal=causal, rngs=rngs))
+  return rope, layer
+
+
 class HeadGroup(nnx.Module):
   """One side of a mixed kind: the rotary and per-layer position modules of
   `num_heads` consecutive heads (built as a pure layer of that kind builds
@@ -85,11 +96,9 @@ class HeadGroup(nnx.Module):
                head_dim: int, causal: bool, rngs: nnx.Rngs):
     self.kind, self.interface = scheme.name, scheme.interface
     self.num_heads, self.head_dim = num_heads, head_dim
-    self.rope = None if scheme.rope is None else scheme.rope(position, num_heads=num_heads,
-                                                             head_dim=head_dim)
-    self.position = (None if scheme.layer is None else
-                     scheme.layer(position, d_model=d_model, num_heads=num_heads, head_dim=head_dim,
-                                  causal=causal, rngs=rngs))
+    self.rope, self.position = layer_position_modules(scheme, position, d_model=d_model,
+                                                      num_heads=num_heads, head_dim=head_dim,
+                                                      causal=causal, rngs=rngs)
 
 
 class Attention(nnx.Module):
@@ -113,12 +122,11 @@ class Attention(nnx.Module):
     out_init = jax.nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2)
     self.out_HxKxD = nnx.Param(out_init(rngs.params(), (num_heads, head_dim, d_model)),
                                logical_axes=("heads", "head_dim", "embed"))
-    self.rope = make_rope(position, num_heads=num_heads, head_dim=head_dim)
     scheme = positions_lib.get(self.kind)
     self.interface = scheme.interface
-    self.position = (None if scheme.layer is None else
-                     scheme.layer(position, d_model=d_model, num_heads=num_heads, head_dim=head_dim,
-                                  causal=causal, rngs=rngs))
+    self.rope, self.position = layer_position_modules(scheme, position, d_model=d_model,
+                                                      num_heads=num_heads, head_dim=head_dim,
+                                                      causal=causal, rngs=rngs)
     groups, self.group_kinds = None, ()
     if self.interface == positions_lib.MIXED:
       parts = positions_lib.parts(self.kind)
