@@ -52,11 +52,12 @@ def our_logits(module, q, k, distances=None):
 def reference(q, k, u, v, w, rel_value):
   """float64 Transformer-XL: ((q_i + u).k_j + (q_i + v).W s(rel_value(i, j))) / sqrt(K)."""
   q, k, u, v, w = (np.asarray(x, np.float64) for x in (q, k, u, v, w))
+  length = q.shape[1]
   hidden = H * K
   inv = 10_000.0**(-np.arange(0, hidden, 2) / hidden)
-  out = np.zeros((B, H, L, L))
-  for i in range(L):
-    for j in range(L):
+  out = np.zeros((B, H, length, length))
+  for i in range(length):
+    for j in range(length):
       t = rel_value(i, j) * inv
       r = (np.concatenate([np.sin(t), np.cos(t)]) @ w).reshape(H, K)
       out[:, :, i, j] = (np.einsum("bhk,bhk->bh", q[:, i] + u, k[:, j]) +
@@ -167,6 +168,8 @@ def test_blocked_attention_reads_the_distances_of_each_block(causal, randomized_
   each block must see its own distances, up to `L - 1`, not those within a
   block (the reference: the whole `[L, L]` logits at once). 37 tokens in
   blocks of 8 also pads the last block."""
+  if causal and randomized_:
+    pytest.skip("randomized_relative is encoder-only")
   from bifocal_jax import attention
   length = 37
   module = relative.RelativeBias(H, K, max_time=10_000.0, randomized=randomized_,
@@ -174,32 +177,20 @@ def test_blocked_attention_reads_the_distances_of_each_block(causal, randomized_
   rng = np.random.default_rng(5)
   q, k, v = (jnp.asarray(rng.standard_normal((B, length, H, K)), jnp.float32) for _ in range(3))
   pos = jnp.arange(length)[None]
-  distances = (jnp.concatenate([jnp.zeros(1), jnp.sort(rng.choice(np.arange(1, 200), length - 1,
-                                                                    replace=False))])
-               if randomized_ else None)
-  if causal and randomized_:
-    pytest.skip("randomized_relative is encoder-only")
+  distances = None
+  if randomized_:
+    draws = np.sort(rng.choice(np.arange(1, 200), length - 1, replace=False))
+    distances = jnp.asarray(np.concatenate([[0], draws]), jnp.float32)
   bias_fn = module.bias_fn(causal=causal, distances_L=distances)
 
   def run(chunk):
     return attention.attend(q, k, v, pos, causal=causal, bias_fn=bias_fn, query_chunk=chunk)
 
   np.testing.assert_allclose(np.asarray(run(8)), np.asarray(run(1024)), atol=2e-5, rtol=1e-5)
-  # The whole path against the float64 reference's logits (distance i - j).
+  # The whole path's logits against the float64 reference (distance i - j).
   rel = ((lambda i, j: np.sign(j - i) * np.asarray(distances)[abs(j - i)]) if randomized_ else
          (lambda i, j: i - j))
   qh, kh = (jnp.swapaxes(x, 1, 2) for x in (q, k))
-  got = np.asarray(bias_fn(qh, kh, pos, pos))
-  want = np.zeros((B, H, length, length))
-  hidden = H * K
-  inv = 10_000.0**(-np.arange(0, hidden, 2) / hidden)
-  q64, k64 = np.asarray(q, np.float64), np.asarray(k, np.float64)
-  u, vv, w = (np.asarray(x, np.float64) for x in (module.u_HxK[...], module.v_HxK[...],
-                                                 module.w_r[...]))
-  for i in range(length):
-    for j in range(length):
-      t = rel(i, j) * inv
-      r = (np.concatenate([np.sin(t), np.cos(t)]) @ w).reshape(H, K)
-      want[:, :, i, j] = (np.einsum("hk,bhk->bh", u, k64[:, j]) +
-                          np.einsum("bhk,hk->bh", q64[:, i] + vv, r)) / np.sqrt(K)
+  got = np.einsum("bhqk,bhsk->bhqs", qh, kh) * K**-0.5 + np.asarray(bias_fn(qh, kh, pos, pos))
+  want = reference(q, k, module.u_HxK[...], module.v_HxK[...], module.w_r[...], rel)
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
