@@ -121,10 +121,9 @@ SPECTRAL_KINDS = ("spectral", "bifocal_heads", "bifocal_pairs")
 # The kinds of the bifocal verdict (the cpu and converged sweeps).
 VERDICT_KINDS = tuple(KINDS)
 # Every other `position.kind` of the registry (`bifocal_jax/positions/`), under
-# its own name: the roster of the field's schemes (issue 31).
+# its own name (`kind_overrides`): the roster of the field's schemes (issue 31).
 ROSTER_KINDS = tuple(k for k in positions.POSITION_KINDS
                      if k != "bifocal" and k not in KINDS)
-KINDS.update({k: {"position.kind": k} for k in ROSTER_KINDS})
 
 
 def kind_overrides(kind: str) -> dict:

@@ -848,11 +848,10 @@ def test_the_converged_sweep_runs_the_roster_after_the_verdicts_seeds():
   assert decoder | {"bifocal_heads", "bifocal_pairs"} == kinds
   assert "randomized_relative" not in kinds  # encoder only
   first_roster = min(i for i, r in enumerate(runs) if r.kind in ex.ROSTER_KINDS)
-  verdict = [r for r in runs[:first_roster]]
-  assert {(r.kind, r.seed) for r in verdict} == {
+  assert {(r.kind, r.seed) for r in runs[:first_roster]} == {
       (k, s) for k in ex.VERDICT_KINDS for s in ex.PRESETS["converged"].seeds}
   assert {r.kind for r in ex.PRESETS["cpu"].runs()} <= set(ex.VERDICT_KINDS)
-  assert all(ex.KINDS[k] == {"position.kind": k} for k in ex.ROSTER_KINDS)
+  assert all(ex.kind_overrides(k) == {"position.kind": k} for k in ex.ROSTER_KINDS)
 
 
 def test_the_converged_chomsky_sweep_runs_every_encoder_kind():
