@@ -43,6 +43,15 @@ def test_unknown_variant_is_a_clear_error(path):
     load(path, "huge")
 
 
+def test_listops_minmax_keeps_two_operators_and_validates():
+  for name in ("listops", "listops_depth"):
+    config = configs.get_config(name, "minmax")
+    assert tuple(config.task.operators) == ("MIN", "MAX") and config.model.num_layers == 2
+    config_lib.validate(config, num_devices=1)
+    task = tasks.get_task(config.task)
+    assert task.operators == ("MIN", "MAX")
+
+
 def test_docstrings_carry_the_command_that_runs_them():
   for path in CONFIGS:
     assert f"python -m bifocal_jax.train --config {path.stem}" in path.read_text(), path

@@ -189,6 +189,61 @@ def test_an_in_order_preset_keeps_its_task_order_and_runs_the_protocol_last(tmp_
   assert "--workdir=/o/dyck_big/scratch/rope/seed0" in sweep.pending()[2].train_command("/o", 10)
 
 
+def test_later_kinds_run_after_every_tasks_kinds_and_protocol(tmp_path):
+  first = ex.TaskSpec("dyck", variant="tiny", later_kinds=("fire",))
+  second = dataclasses.replace(first, name="dyck_big", config_name="dyck", later_kinds=("t5",))
+  preset = ex.Preset(tasks=(first, second), kinds=("rope",), seeds=(0, 1),
+                     protocol_tasks=("dyck",), in_order=True)
+  results = str(tmp_path / "results")
+  os.makedirs(results)
+  with open(os.path.join(results, ex.BUDGETS_FILE), "w") as f:
+    json.dump({"dyck": {"budget": 400}, "dyck_big": {"budget": 400}}, f)
+  names = [r.name for r in ex.Sweep(preset, str(tmp_path / "out"), results,
+                                    log=lambda m: None).pending()]
+  assert names == [
+      "dyck/scratch/rope/seed0", "dyck/scratch/rope/seed1", "dyck_big/scratch/rope/seed0",
+      "dyck_big/scratch/rope/seed1", "dyck/surgery/bifocal_heads/seed0",
+      "dyck/continue/rope/seed0", "dyck/surgery/bifocal_heads/seed1", "dyck/continue/rope/seed1",
+      "dyck/scratch/fire/seed0", "dyck/scratch/fire/seed1", "dyck_big/scratch/t5/seed0",
+      "dyck_big/scratch/t5/seed1"]
+
+
+def test_a_preset_restricted_to_some_tasks_keeps_their_arms_only():
+  preset = ex.PRESETS["cpu"].only(["dyck", "stack_manipulation"])
+  assert [t.name for t in preset.tasks] == ["dyck", "stack_manipulation"]
+  assert preset.protocol_tasks == ("dyck",) and preset.sensitivity
+  assert {r.task.name for r in preset.runs()} == {"dyck", "stack_manipulation"}
+  assert not preset.budget_checks and preset.seed_extensions
+  no_dyck = ex.PRESETS["cpu"].only(["odds_first"])
+  assert not no_dyck.sensitivity and not no_dyck.protocol_tasks
+  assert {r.task.name for r in no_dyck.runs()} == {"odds_first"}
+  with pytest.raises(ValueError, match=r"tasks=\['dyk'\]: the preset's tasks are \['dyck'"):
+    ex.PRESETS["cpu"].only(["dyk"])
+
+
+def test_a_task_without_a_just_fit_budget_reads_it_off_its_calibration(tmp_path):
+  """`listops_depth` of the converged sweep: checkpoints at fixed steps, and
+  its just-fit budget (which bounds convergence from below) from the curve."""
+  task = ex.PRESETS["converged"].tasks[1]
+  assert task.name == "listops_depth" and task.just_fit is None
+  assert task.checkpoint_steps(8000) == (1000, 2000, 4000)
+  assert task.checkpoint_steps(3000) == (1000, 2000)
+  workdir = str(tmp_path / "calibration")
+  os.makedirs(os.path.join(workdir, "checkpoints", "8000"))
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    json.dump({"steps": 8000}, f)
+  curve = [(1000, 0.84), (1500, 0.86), (2000, 0.86), (3000, 0.90), (4000, 0.94),
+           (6000, 0.955), (8000, 0.956)]
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    for step, accuracy in curve:
+      f.write(json.dumps({"step": step, "valid_token_accuracy": accuracy}) + "\n")
+  record = ex.calibration_record(task, workdir, converged=0.002)
+  # The plateau at 2,000 is not convergence: that is at least twice 3,000.
+  assert record["just_fit"] == 3000 and record["budget"] == 8000
+  assert "config=configs/listops_depth.py:minmax" in " ".join(
+      ex.Run(task, "rope", 0).train_command("/o", 8000))
+
+
 def test_convergence_budget_is_the_first_step_whose_last_quarter_gained_little():
   curve = [(250, 0.80), (500, 0.90), (750, 0.95), (1000, 0.96), (1500, 0.97), (2000, 0.975),
            (3000, 0.9765)]

@@ -9,11 +9,13 @@ deeper (4..6, stratified) at training lengths. See
   python -m bifocal_jax.train --config listops_depth --workdir runs/listops_depth
   python -m bifocal_jax.train --config listops_depth:tiny --workdir /tmp/listops_depth_tiny
   python -m bifocal_jax.train --config listops_depth:paper --workdir runs/listops_depth_paper
+  python -m bifocal_jax.train --config listops_depth:minmax --workdir runs/listops_depth_minmax
   python -m bifocal_jax.train --config listops_depth --config.position.kind=rope --workdir runs/listops_depth_rope
   python -m bifocal_jax.tasks --config listops_depth --split valid --num 3
 
 Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
-8 heads, batch 128; for an accelerator). See `_listops.py`.
+8 heads, batch 128; for an accelerator), `minmax` (operators MIN and MAX
+only, 8,000 steps: what the 2-layer model learns; the converged sweep's). See `_listops.py`.
 """
 
 from bifocal_jax.configs import _listops
