@@ -546,11 +546,10 @@ def results_path(workdir: str) -> str:
 def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None = None,
              splits: Sequence[str] | None = None, num_examples: int | None = None,
              dyck_files: Sequence[str] = (), che: bool | None = None,
-             che_protocol: CheProtocol = CheProtocol(), spectrum: bool = False,
-             probe: bool = False, probe_examples: int = probe_lib.DEFAULT_EXAMPLES,
-             out: str | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET,
-             max_batch_size: int | None = None, data_dir: str | None = None,
-             log: Callable[[str], None] = print) -> dict:
+             che_protocol: CheProtocol = CheProtocol(), spectrum: bool = False, probe: bool = False,
+             probe_examples: int = probe_lib.DEFAULT_EXAMPLES, out: str | None = None,
+             memory_budget: int = DEFAULT_MEMORY_BUDGET, max_batch_size: int | None = None,
+             data_dir: str | None = None, log: Callable[[str], None] = print) -> dict:
   """Evaluates a run and writes (merges into) its results JSON; returns the results.
 
   `workdir`: a run directory (its checkpoint at `step`, default the latest, is

@@ -94,8 +94,8 @@ def main(argv):
   options = dict(
       splits=_SPLITS.value, num_examples=_NUM_EXAMPLES.value, dyck_files=_DYCK_FILE.value,
       spectrum=_SPECTRUM.value, probe=_PROBE.value, probe_examples=_PROBE_EXAMPLES.value,
-      che=_CHE.value,
-      che_protocol=evaluate.CheProtocol(stride=_CHE_STRIDE.value, per_length=_CHE_PER_LENGTH.value),
+      che=_CHE.value, che_protocol=evaluate.CheProtocol(stride=_CHE_STRIDE.value,
+                                                        per_length=_CHE_PER_LENGTH.value),
       memory_budget=(evaluate.DEFAULT_MEMORY_BUDGET
                      if _MEMORY_BUDGET_MB.value is None else _MEMORY_BUDGET_MB.value << 20),
       max_batch_size=_BATCH_SIZE.value, data_dir=_DATA_DIR.value)
