@@ -507,7 +507,7 @@ def plot_report(report: dict, path: str) -> str:
   ax_probe.legend(fontsize=7)
   att = report["attention"]
   labels = [
-      f"L{i + 1}H{h}\n{eye}" for i, eyes in enumerate(att["eyes"]) for h, eye in enumerate(eyes)
+      f"L{i + 1}H{h} {eye}" for i, eyes in enumerate(att["eyes"]) for h, eye in enumerate(eyes)
   ]
   bar_x = np.arange(len(labels))
   for j, split in enumerate(SPLITS):
@@ -515,7 +515,7 @@ def plot_report(report: dict, path: str) -> str:
     ax_heads.bar(bar_x + (j - 0.5) * 0.4, masses, width=0.4, label=split)
     if att["uniform_mass"][split] is not None:
       ax_heads.axhline(att["uniform_mass"][split], color=f"C{j}", lw=0.8, ls=":")
-  ax_heads.set_xticks(bar_x, labels, fontsize=6)
+  ax_heads.set_xticks(bar_x, labels, fontsize=6, rotation=90)
   ax_heads.set_ylabel("attention on the matching open bracket")
   ax_heads.set_ylim(0, 1)
   ax_heads.legend(fontsize=7, title="dotted: uniform", title_fontsize=7)

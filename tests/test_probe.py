@@ -4,6 +4,7 @@ synthetic features, and `evaluate(..., probe=True)` on a tiny trained run."""
 
 import json
 import os
+import types
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +17,8 @@ from bifocal_jax import config as config_lib
 from bifocal_jax import evaluate
 from bifocal_jax import model as model_lib
 from bifocal_jax import probe
+from bifocal_jax import sharding as sharding_lib
+from bifocal_jax import state as state_lib
 from bifocal_jax import tasks
 from bifocal_jax import train
 
@@ -303,3 +306,23 @@ def test_probe_of_a_task_without_brackets_fails_before_any_work(trained_run, tmp
     evaluate.evaluate(trained_run, splits=(), probe=True, out=str(tmp_path / "r.json"),
                       log=lambda _: None)
   assert not os.path.exists(tmp_path / "r.json")
+
+
+def test_listops_report_probes_the_open_operator(tmp_path):
+  """An untrained listops_depth model: the report's operator probe and its schema."""
+  config = config_lib.load_file(os.path.join(ROOT, "configs", "listops_depth.py"), "tiny")
+  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
+  mesh = sharding_lib.make_mesh(config.mesh)
+  with jax.set_mesh(mesh):
+    setup, state = state_lib.setup(config, mesh)
+  run = types.SimpleNamespace(setup=setup, params=state["params"],
+                              evaluator=types.SimpleNamespace(rng=jax.random.key(0)))
+  p = probe.probe_report(run, num_examples=16, out_dir=str(tmp_path))
+  assert p["operator_classes"] == ["MIN", "MAX", "MED", "SM", "none"]
+  for split in probe.SPLITS:
+    assert len(p["operator"][split]) == len(p["layers"])
+    for layer in p["operator"][split]:
+      assert 0.0 <= layer["accuracy"] <= 1.0 and layer["positions"] > 0
+  # the embedding of an opening token names its operator: read off linearly
+  assert p["operator"]["valid"][0]["accuracy"] > 0.3
+  assert os.path.getsize(p["plots"]["probe"]) > 3000
