@@ -20,6 +20,9 @@
    the opening bracket left on top of the stack after it (`top_mass`: the one
    whose closing bracket Dyck asks for next). `uniform_mass` is what a head
    attending uniformly to the visible keys would put on one key, for scale.
+   `match_mass_by_distance` (octaves of the distance between the brackets)
+   and `match_mass_by_level` (the pair's nesting level) average it over the
+   heads of one eye.
    Heads carry their eye (`head_eyes`): `geometric` or `spectral` for rotary
    kinds (bifocal with `split="heads"` has both), `pairs` for bifocal with
    `split="pairs"` (both kinds of eye within every head: reported per head),
@@ -360,7 +363,8 @@ def collect(setup, params, split: str, *, num_examples: int, rng, vocab: Bracket
                   operator=labels["operator"][valid], example=example[valid],
                   match_mass=np.moveaxis(out["match_mass"], 2, 3)[:, closing],
                   top_mass=np.moveaxis(out["top_mass"], 2, 3)[:, closing & (labels["top"] >= 0)],
-                  uniform_mass=1.0 / visible[closing], close_depth=labels["depth"][closing])
+                  uniform_mass=1.0 / visible[closing], close_level=labels["depth"][closing] + 1,
+                  close_distance=(np.arange(valid.shape[1]) - labels["match"])[closing])
       for name, value in rows.items():
         columns.setdefault(name, []).append(value)
   axis = dict(residuals=1, match_mass=1, top_mass=1)
@@ -377,6 +381,24 @@ def _masses(per_head_LxMxH: np.ndarray, reasons) -> list[list[float | None]]:
         for m, why in zip(means, layer_reasons)
     ])
   return out
+
+
+def _octave(distance: np.ndarray) -> np.ndarray:
+  """The lower edge of each distance's octave: 1, 2, 4, 8, ..."""
+  return 1 << (np.log2(np.maximum(distance, 1)).astype(np.int64))
+
+
+def _by_eye_and_key(per_head_LxMxH, keys_M, eyes, reasons, names) -> dict:
+  """{eye: {name(key): mean mass over that eye's heads (all layers) and the
+  closing positions with that key}}, over heads whose weights are recomputed."""
+  out: dict[str, dict[str, float]] = {}
+  for key in np.unique(keys_M):
+    sel = keys_M == key
+    for layer, layer_eyes, layer_reasons in zip(per_head_LxMxH, eyes, reasons):
+      for h, (eye, why) in enumerate(zip(layer_eyes, layer_reasons)):
+        if why is None:
+          out.setdefault(eye, {}).setdefault(names(key), []).append(layer[sel, h].mean())
+  return {eye: {k: float(np.mean(v)) for k, v in keyed.items()} for eye, keyed in out.items()}
 
 
 def _by_eye(masses, eyes) -> dict[str, float | None]:
@@ -396,6 +418,8 @@ def probe_report(run, *, num_examples: int = DEFAULT_EXAMPLES, ridge: float = RI
   setup = run.setup
   task = setup.task
   vocab = check_task(task)
+  if jax.process_count() > 1:
+    raise ValueError(f"probe: runs on one process (this run has {jax.process_count()})")
   if num_examples < 2:
     raise ValueError(f"probe: num_examples={num_examples} must be >= 2 (fit and held-out halves)")
   model = setup.model(run.params)
@@ -431,7 +455,8 @@ def probe_report(run, *, num_examples: int = DEFAULT_EXAMPLES, ridge: float = RI
             scores(predict_class(o_probe, x),
                    op_labels(d)[sel], d["depth"][sel], fitted_max_depth=fitted_max_depth))
   attention = dict(eyes=eyes, null_reasons=sorted({r for rs in reasons for r in rs if r}),
-                   match_mass={}, top_mass={}, by_eye={}, uniform_mass={}, closing_positions={})
+                   match_mass={}, top_mass={}, by_eye={}, uniform_mass={}, closing_positions={},
+                   match_mass_by_distance={}, match_mass_by_level={})
   for split in SPLITS:
     d = data[split]
     for name in ("match_mass", "top_mass"):
@@ -442,6 +467,12 @@ def probe_report(run, *, num_examples: int = DEFAULT_EXAMPLES, ridge: float = RI
     attention["uniform_mass"][split] = float(
         d["uniform_mass"].mean()) if d["uniform_mass"].size else None
     attention["closing_positions"][split] = int(d["uniform_mass"].size)
+    octave = _octave(d["close_distance"])
+    attention["match_mass_by_distance"][split] = _by_eye_and_key(d["match_mass"], octave, eyes,
+                                                                 reasons,
+                                                                 lambda lo: f"{lo}-{2 * lo - 1}")
+    attention["match_mass_by_level"][split] = _by_eye_and_key(d["match_mass"], d["close_level"],
+                                                              eyes, reasons, str)
   report = dict(
       method=("depth: ridge regression (closed form, standardised residuals, ridge "
               f"{ridge:g} * N), rounded; operator: one-vs-rest ridge, argmax; fitted on the "
@@ -487,7 +518,8 @@ def plot_report(report: dict, path: str) -> str:
   mass on the matching bracket (per split, bars labelled by eye)."""
   from bifocal_jax import analysis  # pylint: disable=g-import-not-at-top
   plt = analysis.plt
-  fig, (ax_probe, ax_heads) = plt.subplots(1, 2, figsize=(12, 4))
+  fig, (ax_probe, ax_heads, ax_distance) = plt.subplots(1, 3, figsize=(17, 4),
+                                                        gridspec_kw=dict(width_ratios=(1, 1.3, 1)))
   x = np.arange(len(report["layers"]))
   probes = [("depth", report["depth"])]
   if "operator" in report:
@@ -520,6 +552,17 @@ def plot_report(report: dict, path: str) -> str:
   ax_heads.set_ylim(0, 1)
   ax_heads.legend(fontsize=7, title="dotted: uniform", title_fontsize=7)
   ax_heads.grid(alpha=0.3, axis="y")
+  for j, split in enumerate(SPLITS):
+    for i, (eye, by_distance) in enumerate(att["match_mass_by_distance"][split].items()):
+      keys = list(by_distance)
+      ax_distance.plot([int(k.split("-")[0]) for k in keys], list(by_distance.values()),
+                       ("-", "--")[j], marker="o", ms=3, color=f"C{i}", label=f"{eye}, {split}")
+  ax_distance.set_xscale("log", base=2)
+  ax_distance.set_xlabel("distance to the matching open bracket (octave)")
+  ax_distance.set_ylabel("mean attention on it (heads of one eye)")
+  ax_distance.set_ylim(0, 1)
+  ax_distance.grid(alpha=0.3)
+  ax_distance.legend(fontsize=7)
   fig.tight_layout()
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
   fig.savefig(path, dpi=100, bbox_inches="tight")

@@ -144,7 +144,7 @@ def test_trace_reproduces_the_models_logits(position_config, kind):
 
 
 WEIGHT_KINDS = [("rope", {}), ("alibi", {}), ("bifocal", {}), ("bifocal", dict(split="pairs")),
-                ("spectral+alibi", {}), ("t5", {}), ("kerple_log", {}), ("randomized_alibi", {})]
+                ("spectral+alibi", {}), ("t5", {}), ("rope+t5", {}), ("kerple_log", {}), ("randomized_alibi", {})]
 
 
 @pytest.mark.parametrize("kind,overrides", WEIGHT_KINDS)
@@ -290,6 +290,13 @@ def test_evaluate_with_probe(trained_run, tmp_path):
       assert masses.shape == (layers, 4) and ((masses >= 0) & (masses <= 1)).all()
       assert set(att["by_eye"][split][name]) == {"geometric", "spectral"}
     assert 0 < att["uniform_mass"][split] < 1
+    by_distance = att["match_mass_by_distance"][split]
+    assert set(by_distance) == {"geometric", "spectral"}
+    assert list(by_distance["spectral"])[0] == "1-1"  # a bracket closed at once: distance 1
+    for by_level in att["match_mass_by_level"][split].values():
+      assert all(0 <= m <= 1 for m in by_level.values())
+      assert min(int(k) for k in by_level) == 1
+  assert max(int(k) for k in att["match_mass_by_level"]["test_depth"]["spectral"]) > 5
   assert os.path.getsize(p["plots"]["probe"]) > 3000
   assert os.path.dirname(p["plots"]["probe"]) == os.path.dirname(out)
   # A later evaluation without --probe keeps it (same step)
