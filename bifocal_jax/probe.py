@@ -39,6 +39,26 @@ masses are null, with the reason in `null_reasons`. Randomized kinds are
 traced at the positions the evaluation draws (the evaluator's key).
 
 One process, `num_examples` (default 256) examples of each split.
+
+The report (`results["probe"]`):
+
+  method, examples {split: n}, fitted_positions, fitted_max_depth
+  layers                   ["embedding", "block 1", ...]
+  depth: {split: [per layer: accuracy, positions, by_depth {"d": accuracy},
+          by_depth_positions, unseen_accuracy, unseen_positions]}
+          (`valid`: its held-out odd-indexed examples; depth keys are the
+          positions' current depths)
+  operator, operator_classes   ListOps only: the same, for the operator probe
+  attention:
+    eyes                   [per layer: [eye per head]]
+    null_reasons           why some heads' weights are null (empty if none)
+    match_mass, top_mass   {split: [per layer: [mean weight per head, or null]]}
+    by_eye                 {split: {"match_mass"|"top_mass": {eye: mean over its heads}}}
+    uniform_mass           {split: a uniform head's weight on one key, averaged}
+    closing_positions      {split: closing brackets averaged over}
+    match_mass_by_distance {split: {eye: {"lo-hi" distance octave: mean}}}
+    match_mass_by_level    {split: {eye: {"level": mean}}}
+  plots                    {"probe": PNG path}
 """
 
 from __future__ import annotations
