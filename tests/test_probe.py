@@ -4,6 +4,8 @@ synthetic features, and `evaluate(..., probe=True)` on a tiny trained run."""
 
 import json
 import os
+import subprocess
+import sys
 import types
 
 import jax
@@ -333,3 +335,18 @@ def test_listops_report_probes_the_open_operator(tmp_path):
   # the embedding of an opening token names its operator: read off linearly
   assert p["operator"]["valid"][0]["accuracy"] > 0.3
   assert os.path.getsize(p["plots"]["probe"]) > 3000
+
+
+@pytest.mark.slow
+def test_cli_probe_flag(trained_run, tmp_path):
+  out = tmp_path / "cli.json"
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  proc = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "eval.py"), f"--workdir={trained_run.workdir}",
+       "--splits=valid", "--num_examples=4", "--probe", "--probe_examples=8", f"--out={out}"],
+      capture_output=True, text=True, env=env, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  result = json.loads(out.read_text())
+  assert result["probe"]["examples"] == {"valid": 8, "test_depth": 8}
+  assert "depth accuracy per layer" in proc.stdout
+  assert os.path.exists(tmp_path / "probe.png")
