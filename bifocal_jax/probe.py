@@ -580,7 +580,7 @@ def plot_report(report: dict, path: str) -> str:
   ax_distance.set_xscale("log", base=2)
   ax_distance.set_xlabel("distance to the matching open bracket (octave)")
   ax_distance.set_ylabel("mean attention on it (heads of one eye)")
-  ax_distance.set_ylim(0, 1)
+  ax_distance.set_ylim(bottom=0)
   ax_distance.grid(alpha=0.3)
   ax_distance.legend(fontsize=7)
   fig.tight_layout()
