@@ -306,6 +306,15 @@ def test_evaluate_with_probe(trained_run, tmp_path):
                             log=lambda _: None)
   assert again["probe"] == p
   assert "depth accuracy" in probe.format_report(p)
+  # The sweep's summary of it and its report table (benchmarks/extrapolation*.py)
+  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+  import extrapolation  # pylint: disable=g-import-not-at-top
+  import extrapolation_report  # pylint: disable=g-import-not-at-top
+  summary = extrapolation.probe_summary(p)
+  assert summary["depth"]["test_depth"]["accuracy"] == [
+      layer["accuracy"] for layer in p["depth"]["test_depth"]]
+  table = extrapolation_report.probe_table({("scratch", "bifocal"): {0: {"probe": summary}}})
+  assert "| bifocal (scratch) | 1 |" in table and "spectral 0." in table
 
 
 def test_probe_of_a_task_without_brackets_fails_before_any_work(trained_run, tmp_path,
