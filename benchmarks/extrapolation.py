@@ -205,6 +205,9 @@ class TaskSpec:
   # Kinds run after those (and the task's protocol arms), seed-major: a sweep
   # stopped early has whole seeds of the verdict's kinds first.
   later_kinds: tuple[str, ...] = ()
+  # The final evaluation also runs the mechanism probes (`eval.py --probe`;
+  # bracket tasks only), their headline numbers into the summary's `probe`.
+  probe: bool = False
 
   @property
   def config(self) -> str:
@@ -326,6 +329,8 @@ def eval_command(task: TaskSpec, kind: str, workdir: str, out: str,
     command += ["--che", f"--che_stride={stride}", f"--che_per_length={per_length}"]
   if is_spectral(kind) and step is None:
     command.append("--spectrum")
+  if task.probe and step is None:
+    command.append("--probe")
   return command
 
 
@@ -543,7 +548,7 @@ _DYCK_PUBLISHED = (("k8_m5.test", 400), ("k8_m10.test", 100), ("k8_m20.test", 25
 _CONVERGED_DYCK = TaskSpec(
     "dyck", _DYCK_SPLITS, overrides=_cpu_model(eval_every=1000, keep_checkpoints=20),
     max_steps=8 * _DYCK_JUST_FIT, interval=250, published=_DYCK_PUBLISHED,
-    at_multiples=(1, 2, 4, 8), just_fit=_DYCK_JUST_FIT, checkpoint_examples=500,
+    at_multiples=(1, 2, 4, 8), just_fit=_DYCK_JUST_FIT, checkpoint_examples=500, probe=True,
     checkpoint_published=tuple((f, n // 4) for f, n in _DYCK_PUBLISHED),
     # The field's schemes defined for the causal decoder (issue 31's roster).
     later_kinds=tuple(k for k in ROSTER_KINDS if positions.get(k).decoder))
@@ -556,7 +561,7 @@ _CONVERGED_DYCK = TaskSpec(
 _CONVERGED_LISTOPS = TaskSpec(
     "listops_depth", ("valid", "test_length", "test_depth"), variant="minmax",
     overrides=_cpu_model(eval_every=1000, keep_checkpoints=20), max_steps=8000, interval=500,
-    at_steps=(1000, 2000, 4000), checkpoint_examples=500,
+    at_steps=(1000, 2000, 4000), checkpoint_examples=500, probe=True,
     later_kinds=_CONVERGED_DYCK.later_kinds)
 # The Chomsky-hierarchy protocol's model (5 layers, width 64, 8 heads, batch
 # 128, its learning rate 1e-3) on the same Dyck task; `nope`, `rope`, `alibi`
@@ -779,7 +784,28 @@ def summary_of(run: Run, out: str, budget: int, seconds: float) -> dict | None:
                                           for h in spectrum["heads"]])),
         geometric_score=spectrum["geometric_fit"]["score"],
         final=[h["frequencies"] for h in spectrum["heads"]])
+  if run.task.probe:
+    if "probe" not in results:
+      return None
+    summary["probe"] = probe_summary(results["probe"])
   return summary
+
+
+def probe_summary(report: dict) -> dict:
+  """The headline numbers of `eval.py --probe` (`bifocal_jax.probe`): per
+  split, the depth (and ListOps operator) probe's accuracy per layer and at
+  the unseen depths, and the attention on the matching and top brackets per eye."""
+  out = dict(layers=report["layers"], fitted_max_depth=report["fitted_max_depth"])
+  for name in ("depth", "operator"):
+    if report.get(name):
+      out[name] = {split: dict(accuracy=[layer["accuracy"] for layer in layers],
+                               unseen_accuracy=[layer.get("unseen_accuracy") for layer in layers])
+                   for split, layers in report[name].items()}
+  attention = report["attention"]
+  out["by_eye"] = attention["by_eye"]
+  out["uniform_mass"] = attention["uniform_mass"]
+  out["match_mass"] = attention["match_mass"]
+  return out
 
 
 def _git_commit() -> str | None:

@@ -142,6 +142,37 @@ def spectrum_table(groups: dict) -> str:
   return _markdown(rows) if len(rows) > 2 else ""
 
 
+def probe_table(groups: dict) -> str:
+  """Per cell, mean over seeds: the depth probe's accuracy at the last layer
+  (held-out `valid`, `test_depth`, and its depths deeper than any fitted) and
+  each eye's attention on the matching bracket at closing positions of
+  `test_depth` (a uniform head's weight on one key beside it)."""
+  header = ["position (arm)", "seeds", "depth probe, last layer: valid", "test_depth",
+            "test_depth, unseen depths", "matching-bracket mass on test_depth, by eye",
+            "uniform head"]
+  rows = [header, ["---"] * len(header)]
+  for (arm, group), runs in groups.items():
+    probes = [s["probe"] for s in runs.values() if s.get("probe")]
+    if not probes:
+      continue
+    row = [f"{group} ({arm})", str(len(probes))]
+    for split, key in (("valid", "accuracy"), ("test_depth", "accuracy"),
+                       ("test_depth", "unseen_accuracy")):
+      values = [p["depth"][split][key][-1] for p in probes]
+      row.append(_fmt_interval(stats.seed_interval([v for v in values if v is not None]))
+                 if any(v is not None for v in values) else "-")
+    eyes = sorted({e for p in probes for e in p["by_eye"]["test_depth"]["match_mass"]})
+    cells = []
+    for eye in eyes:
+      values = [p["by_eye"]["test_depth"]["match_mass"].get(eye) for p in probes]
+      values = [v for v in values if v is not None]
+      cells.append(f"{eye} {np.mean(values):.3f}" if values else f"{eye} -")
+    row.append(", ".join(cells) or "-")
+    row.append(f"{np.mean([p['uniform_mass']['test_depth'] for p in probes]):.3f}")
+    rows.append(row)
+  return _markdown(rows) if len(rows) > 2 else ""
+
+
 def _markdown(rows: list[list[str]]) -> str:
   return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
@@ -224,6 +255,10 @@ def task_section(task: str, groups: dict, plots_dir: str, link_base: str, *,
   if spectra:
     parts += ["", "Learned spectra (mean over seeds of each run's mean over its spectral heads):",
               "", spectra]
+  probes = probe_table(groups)
+  if probes:
+    parts += ["", "Mechanism probes (`eval.py --probe`, `bifocal_jax/probe.py`; 256 strings a "
+              "split; mean over seeds):", "", probes]
   png = plot_task(task, groups, os.path.join(plots_dir, f"extrapolation_{task}.png"))
   if png:
     parts += ["", f"![{task}]({os.path.relpath(png, link_base)})"]

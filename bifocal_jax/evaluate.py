@@ -33,6 +33,9 @@ another checkpoint step are dropped.
                                   `stride`, `per_length`)
   spectrum        with --spectrum: `analysis.spectrum_report` plus `plots`
                   ({name: PNG path})
+  probe           with --probe: `probe.probe_report` (linear probes of the
+                  nesting depth per layer, attention on the matching bracket
+                  per head; its plot in `plots`)
 
   split results:
     source                  "task", or the published file's path
@@ -71,6 +74,7 @@ from bifocal_jax import checkpoint as checkpoint_lib
 from bifocal_jax import config as config_lib
 from bifocal_jax import model as model_lib
 from bifocal_jax import population as population_lib
+from bifocal_jax import probe as probe_lib
 from bifocal_jax import sharding as sharding_lib
 from bifocal_jax import state as state_lib
 from bifocal_jax import stats
@@ -542,10 +546,10 @@ def results_path(workdir: str) -> str:
 def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None = None,
              splits: Sequence[str] | None = None, num_examples: int | None = None,
              dyck_files: Sequence[str] = (), che: bool | None = None,
-             che_protocol: CheProtocol = CheProtocol(), spectrum: bool = False,
-             out: str | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET,
-             max_batch_size: int | None = None, data_dir: str | None = None,
-             log: Callable[[str], None] = print) -> dict:
+             che_protocol: CheProtocol = CheProtocol(), spectrum: bool = False, probe: bool = False,
+             probe_examples: int = probe_lib.DEFAULT_EXAMPLES, out: str | None = None,
+             memory_budget: int = DEFAULT_MEMORY_BUDGET, max_batch_size: int | None = None,
+             data_dir: str | None = None, log: Callable[[str], None] = print) -> dict:
   """Evaluates a run and writes (merges into) its results JSON; returns the results.
 
   `workdir`: a run directory (its checkpoint at `step`, default the latest, is
@@ -556,7 +560,9 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
   per task split. `che`: evaluate `che_protocol` (by default, for tasks that
   draw examples at a given length when neither `splits` nor `dyck_files` is
   given; it takes the place of sampling its split). `spectrum`: add the
-  spectral analysis and its plots. `dyck_files`: paths, or the bare names of
+  spectral analysis and its plots. `probe`: add the probes of nesting depth
+  (`probe.probe_report`, `probe_examples` examples of each split) and their
+  plot. `dyck_files`: paths, or the bare names of
   published files (`k8_m10.test`), found in `data_dir` (default: the data
   directory, `external.published.data_dir()`).
   """
@@ -581,6 +587,8 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
     task.split(name)  # a clear error for an unknown split, before any work
   if che:
     che.check(task)
+  if probe:
+    probe_lib.check_task(task)
   out = out or results_path(run.directory)
   results = dict(workdir=run.workdir, step=run.step, task=task.name,
                  position_kind=run.config.position.kind, che_score=None, che_ci95=None, splits={})
@@ -592,8 +600,9 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
     if (previous.get("step") == run.step and previous.get("workdir") == run.workdir and
         previous.get("member") == run.member):
       results["splits"].update(previous.get("splits", {}))
-      if "spectrum" in previous:
-        results["spectrum"] = previous["spectrum"]
+      for name in ("spectrum", "probe"):
+        if name in previous:
+          results[name] = previous[name]
 
   evaluator = run.evaluator.with_batching(memory_budget=memory_budget,
                                           max_batch_size=max_batch_size)
@@ -619,6 +628,10 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
       report["plots"] = analysis.spectrum_plots(recorded_steps, frequencies, os.path.dirname(out))
     results["spectrum"] = report
     log(analysis.format_spectrum_report(report))
+  if probe:
+    results["probe"] = probe_lib.probe_report(run, num_examples=probe_examples,
+                                              out_dir=os.path.dirname(out))
+    log(probe_lib.format_report(results["probe"]))
 
   os.makedirs(os.path.dirname(out), exist_ok=True)
   workdir_lib.write_json_atomically(out, results, indent=1, sort_keys=False, allow_nan=False)

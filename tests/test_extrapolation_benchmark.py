@@ -320,6 +320,40 @@ def test_summary_needs_the_final_step_and_every_split(tmp_path):
   assert s["splits"]["test_length"]["ci95"] == [0.74, 0.76]
 
 
+def test_a_probed_task_probes_at_its_end_and_its_summary_waits_for_the_probe(tmp_path):
+  out = str(tmp_path)
+  task = ex.TaskSpec("dyck", variant="tiny", probe=True, at_multiples=(0.5,), just_fit=10)
+  run = ex.Run(task, "rope", 0)
+  assert "--probe" in run.eval_command(out)
+  assert "--probe" not in run.checkpoint_eval_command(out, 5)
+  assert "--probe" not in ex.Run(dataclasses.replace(task, probe=False), "rope", 0).eval_command(
+      out)
+  workdir = fake_workdir(run, out, steps=10)
+  assert ex.summary_of(run, out, 10, 1.0) is None  # no checkpoint at 5, no probe
+  with open(ex.checkpoint_results_path(workdir, 5), "w") as f:
+    split = dict(token_accuracy=0.5, sequence_accuracy=0.1, examples=16, by_length={},
+                 by_depth={}, ci95={})
+    json.dump(dict(step=5, splits={n: split for n in task.split_names}), f)
+  assert ex.summary_of(run, out, 10, 1.0) is None  # still no probe
+  results_path = os.path.join(workdir, "eval", "results.json")
+  with open(results_path) as f:
+    results = json.load(f)
+  layer = dict(accuracy=0.9, unseen_accuracy=0.1)
+  results["probe"] = dict(
+      layers=["embedding", "block 1"], fitted_max_depth=5,
+      depth={"valid": [layer, layer], "test_depth": [layer, dict(layer, accuracy=0.4)]},
+      attention=dict(by_eye={"test_depth": {"match_mass": {"geometric": 0.2}}},
+                     uniform_mass={"test_depth": 0.05}, match_mass={"test_depth": [[0.2]]}))
+  with open(results_path, "w") as f:
+    json.dump(results, f)
+  s = ex.summary_of(run, out, 10, 1.0)
+  assert s["probe"]["depth"]["test_depth"]["accuracy"] == [0.9, 0.4]
+  assert s["probe"]["by_eye"]["test_depth"]["match_mass"] == {"geometric": 0.2}
+  table = report_lib.probe_table({("scratch", "rope"): {0: s}})
+  assert "| rope (scratch) | 1 | 0.900 (n=1) | 0.400 (n=1) | 0.100 (n=1) | geometric 0.200 | 0.050 |" in (
+      table)
+
+
 def test_pending_waits_for_budgets_and_skips_summarised_runs(tmp_path):
   results = str(tmp_path / "results")
   sweep = ex.Sweep(PRESET, str(tmp_path / "out"), results, log=lambda m: None)

@@ -4,6 +4,7 @@ r"""Evaluates trained runs: `python -m bifocal_jax.eval --workdir DIR` (or `pyth
   python -m bifocal_jax.eval --workdir DIR --step 1000 --splits valid,test_length --num_examples 256
   python -m bifocal_jax.eval --workdir DIR --dyck_file k8_m20.test   # published data
   python -m bifocal_jax.eval --workdir DIR --spectrum   # + spectral analysis and plots
+  python -m bifocal_jax.eval --workdir DIR --probe      # + depth probes, attention on brackets
   python -m bifocal_jax.eval --workdir DIR --che_per_length=512   # Chomsky tasks: the CHE protocol
   python -m bifocal_jax.eval --compare runs/a runs/b runs/c    # one markdown table + one PNG
   python -m bifocal_jax.eval --workdir POPULATION_DIR --member all   # each member of a population
@@ -14,6 +15,11 @@ or a published file's bare name, found in the data directory: `--data_dir`,
 else `$BIFOCAL_DATA_DIR`; `python -m bifocal_jax.tasks.external fetch`
 downloads them) may be repeated; with it, task splits are scored only when
 `--splits` names them.
+`--probe` (Dyck, ListOps) fits linear probes of the nesting depth (and
+ListOps' open operator) to each layer's residual stream and measures each
+head's attention on the matching bracket, on `--probe_examples` examples of
+`valid` and `test_depth` (`bifocal_jax/probe.py`); `eval/probe.png` beside
+the results.
 `--compare` writes `compare.md` and `compare.png` into the runs' common parent
 directory (or `--out FILE.md`), evaluating runs that have no results yet.
 A population's workdir (`config.population`) is evaluated member by member:
@@ -52,6 +58,12 @@ _CHE_PER_LENGTH = flags.DEFINE_integer("che_per_length", 32,
                                        lower_bound=1)
 _SPECTRUM = flags.DEFINE_bool(
     "spectrum", False, "Add the spectral analysis (harmonic fits, plots) of the trajectory.")
+_PROBE = flags.DEFINE_bool(
+    "probe", False, "Add linear probes of nesting depth per layer and each head's attention on "
+    "the matching bracket (Dyck, ListOps).")
+_PROBE_EXAMPLES = flags.DEFINE_integer("probe_examples", 256,
+                                       "--probe: examples of valid and of test_depth.",
+                                       lower_bound=2)
 _COMPARE = flags.DEFINE_string("compare", None,
                                "Compare runs: --compare DIR1 DIR2 ... (or DIR1,DIR2,...).")
 _OUT = flags.DEFINE_string(
@@ -81,8 +93,9 @@ def main(argv):
     raise app.UsageError("--workdir is required (or --compare DIR1 DIR2 ...)")
   options = dict(
       splits=_SPLITS.value, num_examples=_NUM_EXAMPLES.value, dyck_files=_DYCK_FILE.value,
-      spectrum=_SPECTRUM.value, che=_CHE.value,
-      che_protocol=evaluate.CheProtocol(stride=_CHE_STRIDE.value, per_length=_CHE_PER_LENGTH.value),
+      spectrum=_SPECTRUM.value, probe=_PROBE.value, probe_examples=_PROBE_EXAMPLES.value,
+      che=_CHE.value, che_protocol=evaluate.CheProtocol(stride=_CHE_STRIDE.value,
+                                                        per_length=_CHE_PER_LENGTH.value),
       memory_budget=(evaluate.DEFAULT_MEMORY_BUDGET
                      if _MEMORY_BUDGET_MB.value is None else _MEMORY_BUDGET_MB.value << 20),
       max_batch_size=_BATCH_SIZE.value, data_dir=_DATA_DIR.value)
