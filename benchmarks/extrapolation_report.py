@@ -432,12 +432,15 @@ def budgets_section(preset, budgets: dict) -> str:
                  (f"best {best:.3f}" if best is not None else "-"), str(b["max_steps"])])
   if getattr(preset, "converged", None) is not None:
     rows[0][1] = "convergence budget (steps)"
-    rows[0].append("just-fit budget")
-    rows[1].append("---")
+    rows[0] += ["evaluated every", "just-fit budget"]
+    rows[1] += ["---", "---"]
     for row, task in zip(rows[2:], preset.tasks):
-      row.append(str((budgets.get(task.name) or {}).get("just_fit", task.just_fit)))
+      row += [str((budgets.get(task.name) or {}).get("interval", task.interval)),
+              str((budgets.get(task.name) or {}).get("just_fit", task.just_fit))]
     return ("Step budgets: `rope` (seed 0) trained to the cap (8x the just-fit budget of the "
-            "`cpu` sweep), valid token accuracy every 250 steps; the convergence budget is the "
+            "`cpu` sweep where the CPU affords it; a task without a just-fit sweep has it read "
+            "off this curve: the first step at valid accuracy 0.9), valid token accuracy at "
+            "each evaluation; the convergence budget is the "
             f"first evaluated step (at least twice the just-fit budget) whose valid accuracy "
             f"gained less than {preset.converged:g} over the last quarter of its steps, or the "
             "cap (`--calibrate`; `extrapolation.convergence_budget`):\n\n" + _markdown(rows))
