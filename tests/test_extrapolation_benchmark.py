@@ -244,6 +244,17 @@ def test_a_task_without_a_just_fit_budget_reads_it_off_its_calibration(tmp_path)
       ex.Run(task, "rope", 0).train_command("/o", 8000))
 
 
+@pytest.mark.parametrize("name", ["converged", "converged_chomsky"])
+def test_every_checkpoint_a_converged_run_is_evaluated_at_is_kept(name):
+  for task in ex.PRESETS[name].tasks:
+    o = dict(task.overrides)
+    every, keep = o.get("checkpoint_every", 500), o.get("keep_checkpoints")
+    kept = set(range(every, task.max_steps + 1, every))
+    if keep:
+      kept = set(sorted(kept)[-keep:])
+    assert set(task.checkpoint_steps(task.max_steps)) <= kept, task.name
+
+
 def test_convergence_budget_is_the_first_step_whose_last_quarter_gained_little():
   curve = [(250, 0.80), (500, 0.90), (750, 0.95), (1000, 0.96), (1500, 0.97), (2000, 0.975),
            (3000, 0.9765)]
