@@ -190,10 +190,10 @@ class TaskSpec:
   # split and `checkpoint_published` subsets (evenly spaced lines: every
   # length and depth of the file, fewer strings), into its summary's `at_steps`.
   at_multiples: tuple[float, ...] = ()
-  # A task without a just-fit sweep: its earlier checkpoints at these steps
-  # (a geometric schedule) instead, and its just-fit budget read off the
-  # calibration (the first step whose valid accuracy reaches the preset's
-  # `learned`), which keeps an early plateau from passing for convergence.
+  # Or the earlier checkpoints at these steps (a geometric schedule), for a
+  # task without a just-fit sweep. `just_fit` None: the calibration reads it
+  # off its curve (the first step at the preset's `learned`), which keeps an
+  # early plateau from passing for convergence.
   at_steps: tuple[int, ...] = ()
   just_fit: int | None = None
   checkpoint_examples: int | None = None
@@ -555,9 +555,9 @@ _CONVERGED_DYCK = TaskSpec(
 # The second depth task (issue 30): `listops_depth` with the operators MIN
 # and MAX (the configs' `minmax` variant: the 2-layer model learns those, not
 # all four; `configs/_listops.py`), the cpu preset's model, the cap 8,000
-# steps (RoPE first reached valid accuracy 0.9 at 3,500 steps of a 6,000-step
-# trial; 8x that is past the CPU's reach), earlier checkpoints at 1,000,
-# 2,000 and 4,000 steps on 500 examples a split.
+# steps (its calibration first reached valid accuracy 0.9 at 2,500 steps:
+# 8x that is past the CPU's reach for 160 runs), earlier checkpoints at
+# 1,000, 2,000 and 4,000 steps on 500 examples a split.
 _CONVERGED_LISTOPS = TaskSpec(
     "listops_depth", ("valid", "test_length", "test_depth"), variant="minmax",
     # Checkpoints every 500 steps: the 16 of 8,000 steps are all kept (20), 1,000 among them.

@@ -42,7 +42,7 @@ def get_config(task_name: str, arg=None):
   """Variants: default (CPU-sized), `tiny` (tests: seconds), `paper` (the
   Chomsky-hierarchy protocol's model: 5 layers, width 64, 8 heads, batch 128),
   `minmax` (the default with the operators MIN and MAX only, 8,000 steps:
-  what the 2-layer model learns; see the module docstring)."""
+  what the 2-layer model learns of `listops_depth`; see the module docstring)."""
   c = config_lib.base_config(task_name)
   c.position.kind = "bifocal"
   c.model.num_layers = 2
