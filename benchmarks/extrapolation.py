@@ -301,8 +301,8 @@ class Run:
     a surgery or continue run is evaluated at its end)."""
     return () if self.source() is not None else self.task.checkpoint_steps(self.steps(budget))
 
-  def checkpoint_eval_command(self, out: str, step: int) -> list[str]:
-    return eval_command(self.task, self.kind, self.workdir(out), out, step=step)
+  def checkpoint_eval_command(self, out: str, steps: Sequence[int]) -> list[str]:
+    return eval_command(self.task, self.kind, self.workdir(out), out, steps=steps)
 
 
 def checkpoint_results_path(workdir: str, step: int) -> str:
@@ -310,15 +310,16 @@ def checkpoint_results_path(workdir: str, step: int) -> str:
 
 
 def eval_command(task: TaskSpec, kind: str, workdir: str, out: str,
-                 step: int | None = None) -> list[str]:
+                 steps: Sequence[int] = ()) -> list[str]:
   """`eval.py` on the task's splits, published files and CHE protocol; with
-  `step`, that checkpoint on the task's checkpoint subsets, into
-  `checkpoint_results_path` (no spectral analysis: that is the final one's)."""
+  `steps`, those checkpoints on the task's checkpoint subsets, in one process,
+  each into its `checkpoint_results_path` (no spectral analysis: that is the
+  final one's)."""
   command = [sys.executable, os.path.join(REPO, "eval.py"), f"--workdir={workdir}",
              f"--splits={','.join(task.splits)}", *task.eval_args]
   published = task.published
-  if step is not None:
-    command += [f"--step={step}", f"--out={checkpoint_results_path(workdir, step)}"]
+  if steps:
+    command.append(f"--steps={','.join(str(s) for s in steps)}")
     if task.checkpoint_examples:
       command.append(f"--num_examples={task.checkpoint_examples}")
     published = task.checkpoint_published or task.published
@@ -327,9 +328,9 @@ def eval_command(task: TaskSpec, kind: str, workdir: str, out: str,
   if task.che:
     stride, per_length = task.che
     command += ["--che", f"--che_stride={stride}", f"--che_per_length={per_length}"]
-  if is_spectral(kind) and step is None:
+  if is_spectral(kind) and not steps:
     command.append("--spectrum")
-  if task.probe and step is None:
+  if task.probe and not steps:
     command.append("--probe")
   return command
 
@@ -930,10 +931,13 @@ def _stages(run: Run, out: str, budget: int, *, evaluate: bool) -> list[tuple[st
   if not trained(run.workdir(out)):
     stages.append(("train", run, run.train_command(out, budget)))
   if evaluate:
-    for step in run.checkpoint_steps(budget):
-      results = _read_json(checkpoint_results_path(run.workdir(out), step)) or {}
-      if results.get("step") != step:  # not yet evaluated (or cut off)
-        stages.append(("eval", run, run.checkpoint_eval_command(out, step)))
+    pending = [
+        step for step in run.checkpoint_steps(budget)
+        # not yet evaluated (or cut off)
+        if (_read_json(checkpoint_results_path(run.workdir(out), step)) or {}).get("step") != step
+    ]
+    if pending:  # one process for all of them: set up and compiled once
+      stages.append(("eval", run, run.checkpoint_eval_command(out, pending)))
     stages.append(("eval", run, run.eval_command(out)))
   return stages
 

@@ -117,19 +117,35 @@ def batch_size_for_length(length: int, *, num_heads: int, budget: int = DEFAULT_
   return -(-rows // multiple) * multiple
 
 
-def regroup(rows: Iterable[dict[str, np.ndarray]],
-            batch_size_fn: Callable[[int], int]) -> Iterator[dict[str, np.ndarray]]:
+def fitted_rows(rows: int, full: int, multiple: int = 1) -> int:
+  """Rows a batch of `rows` real rows is padded to: the smallest
+  `multiple * 2**k` that holds them, at most `full` (a multiple of `multiple`).
+
+  A width's last batch is usually partial (a checkpoint's subset of a
+  published file holds a few strings per length bucket); padding it to the
+  full batch computed up to 64 rows for 3. Powers of two keep the compiled
+  shapes per width to a handful.
+  """
+  fitted = multiple
+  while fitted < rows:
+    fitted *= 2
+  return min(fitted, full)
+
+
+def regroup(rows: Iterable[dict[str, np.ndarray]], batch_size_fn: Callable[[int], int], *,
+            multiple: int = 1) -> Iterator[dict[str, np.ndarray]]:
   """Batches of consecutive rows of equal width, `batch_size_fn(width)` rows each.
 
   `rows` (batches of one row, sorted by width) come from a length-sorted
-  reader; each output batch is padded with invalid rows to its full size.
+  reader; a width's last batch is padded with invalid rows to `fitted_rows`
+  (`multiple`: the devices a batch is split over).
   """
   group: list[dict[str, np.ndarray]] = []
 
   def flush():
     width = group[0]["inputs"].shape[1]
     batch = {k: np.concatenate([r[k] for r in group]) for k in group[0]}
-    return base.pad_rows(batch, batch_size_fn(width))
+    return base.pad_rows(batch, fitted_rows(len(group), batch_size_fn(width), multiple))
 
   for row in rows:
     if group and (row["inputs"].shape[1] != group[0]["inputs"].shape[1] or
@@ -141,11 +157,11 @@ def regroup(rows: Iterable[dict[str, np.ndarray]],
     yield flush()
 
 
-def dyck_file_batches(path: str, *, k: int,
-                      batch_size_fn: Callable[[int], int]) -> Iterator[dict[str, np.ndarray]]:
+def dyck_file_batches(path: str, *, k: int, batch_size_fn: Callable[[int], int],
+                      multiple: int = 1) -> Iterator[dict[str, np.ndarray]]:
   """A published Dyck file, sorted by length, in memory-bounded batches."""
   rows = external.dyck_file_batches(path, batch_size=1, k=k, buckets=length_buckets())
-  return regroup(rows, batch_size_fn)
+  return regroup(rows, batch_size_fn, multiple=multiple)
 
 
 # ----------------------------------------------------------------------------
@@ -384,7 +400,7 @@ class Evaluator:
         for start in range(0, protocol.per_length, rows):
           indices = np.arange(start, min(start + rows, protocol.per_length))
           batch = task.batch(protocol.split, indices, width, length=n, unbounded=True)
-          yield base.pad_rows(batch, rows)
+          yield base.pad_rows(batch, fitted_rows(len(indices), rows, self.batch_multiple))
 
     with jax.set_mesh(self.setup.mesh):
       results = score_batches(batches(), lambda batch: self.counts(params, batch))
@@ -399,7 +415,8 @@ class Evaluator:
                        f"task {task.name!r}")
     if not os.path.isfile(path):
       raise ValueError(f"dyck_file={path!r}: no such file")
-    batches = dyck_file_batches(path, k=task.k, batch_size_fn=self.batch_size)
+    batches = dyck_file_batches(path, k=task.k, batch_size_fn=self.batch_size,
+                                multiple=self.batch_multiple)
     with jax.set_mesh(self.setup.mesh):
       results = score_batches(batches, lambda batch: self.counts(params, batch))
     return dict(source=os.path.abspath(path), **results)
@@ -539,8 +556,51 @@ def che_score(splits: dict[str, dict]) -> tuple[float | None, list[float] | None
   return None, None
 
 
-def results_path(workdir: str) -> str:
-  return os.path.join(os.path.abspath(workdir), "eval", RESULTS_FILE)
+def results_path(workdir: str, step: int | None = None) -> str:
+  """`DIR/eval/results.json`; with `step` (`evaluate_steps`), that
+  checkpoint's own file, `DIR/eval/results_step<step>.json`."""
+  name = RESULTS_FILE if step is None else f"results_step{step}.json"
+  return os.path.join(os.path.abspath(workdir), "eval", name)
+
+
+def at_step(run: Run, step: int) -> Run:
+  """`run` (a single run, not a population's member) restored at checkpoint
+  `step`, sharing its compiled evaluation step."""
+  if run.member is not None:
+    raise ValueError(f"step={step}: a population's member is restored with load_members")
+  _, state = _restore(run.workdir, step, run.setup.abstract_state, run.setup.mesh)
+  return dataclasses.replace(run, params=state["params"], step=int(step))
+
+
+def evaluate_steps(workdir: str, steps: Sequence[int], **options) -> dict[int, dict]:
+  """`evaluate` at each checkpoint of `steps`, in one process: the run is set
+  up and its evaluation step compiled once (a checkpoint's evaluation in its
+  own process paid both every time). Each step's results go to
+  `results_path(workdir, step)`; returns {step: results}.
+
+  `options`: `evaluate`'s, but not `step`, `member` or `out`.
+  """
+  for name in ("step", "member", "out"):
+    if name in options:
+      raise ValueError(f"{name}=: evaluate_steps evaluates a single run's checkpoints "
+                       "each into its own results file")
+  steps = sorted(set(steps))
+  if not steps:
+    raise ValueError("steps=[]: name at least one checkpoint step")
+  workdir = os.path.abspath(workdir)
+  with checkpoint_lib.Checkpointer.read_only(workdir) as ckpt:
+    missing = [s for s in steps if s not in ckpt.steps()]
+    if missing:
+      raise ValueError(f"steps={missing}: no checkpoint at those steps in {workdir} "
+                       f"(steps {ckpt.steps()})")
+  budget = options.get("memory_budget", DEFAULT_MEMORY_BUDGET)
+  run = load_run(workdir, step=steps[0], memory_budget=budget,
+                 max_batch_size=options.get("max_batch_size"))
+  results = {}
+  for step in steps:
+    run = run if run.step == step else at_step(run, step)
+    results[step] = evaluate(run, out=results_path(run.directory, step), **options)
+  return results
 
 
 def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None = None,

@@ -126,6 +126,30 @@ def test_results_merge_by_step(trained, run, evaluated, tmp_path):
     evaluate.load_run(str(tmp_path))
 
 
+def test_evaluate_steps_scores_each_checkpoint_as_its_own_evaluation(trained, tmp_path):
+  """One process, one compiled step, several checkpoints: each checkpoint's
+  results are those of evaluating it alone, in its own results file."""
+  options = dict(splits=["valid"], num_examples=8)
+  results = evaluate.evaluate_steps(trained, [20, 10], **quiet(**options))
+  assert list(results) == [10, 20]
+  for step in (10, 20):
+    path = evaluate.results_path(trained, step)
+    assert path == os.path.join(os.path.abspath(trained), "eval", f"results_step{step}.json")
+    with open(path) as f:
+      assert json.load(f) == results[step]
+    alone = evaluate.evaluate(evaluate.load_run(trained, step=step),
+                              **quiet(out=str(tmp_path / f"alone{step}.json"), **options))
+    assert results[step]["step"] == step
+    assert results[step]["splits"] == alone["splits"]
+  assert results[10]["splits"]["valid"]["loss"] != results[20]["splits"]["valid"]["loss"]
+  with pytest.raises(ValueError, match=r"steps=\[7\]: no checkpoint"):
+    evaluate.evaluate_steps(trained, [10, 7], **quiet(**options))
+  with pytest.raises(ValueError, match="out="):
+    evaluate.evaluate_steps(trained, [10], **quiet(out="x.json", **options))
+  with pytest.raises(ValueError, match="steps=\\[\\]"):
+    evaluate.evaluate_steps(trained, [], **quiet(**options))
+
+
 def test_dyck_file_on_trained_run(run, tmp_path, published_dir):
   path = tmp_path / "k8_m5_head.test"
   path.write_text("".join(select_lines(os.path.join(published_dir, "k8_m5.test"), 183, 192, 6)))
@@ -223,6 +247,18 @@ def test_cli(trained, tmp_path):
       capture_output=True, text=True, env=env, timeout=600)
   assert absent.returncode == 2 and len(absent.stderr.splitlines()) == 1, absent.stderr
   assert "python -m bifocal_jax.tasks.external fetch" in absent.stderr
+  several = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "eval.py"), f"--workdir={trained}", "--steps=10,30",
+       "--splits=valid", "--num_examples=4"],
+      capture_output=True, text=True, env=env, timeout=600)
+  assert several.returncode == 0, several.stderr[-2000:]
+  for step in (10, 30):
+    with open(evaluate.results_path(trained, step)) as f:
+      assert json.load(f)["step"] == step
+  clash = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "eval.py"), f"--workdir={trained}", "--steps=10",
+       "--step=10"], capture_output=True, text=True, env=env, timeout=600)
+  assert clash.returncode != 0 and "drop --step" in clash.stderr
 
 
 # ----------------------------------------------------------------------------
@@ -245,6 +281,17 @@ def test_length_buckets_and_batch_sizes():
     evaluate.batch_size_for_length(10, num_heads=0)
 
 
+def test_fitted_rows_pads_a_partial_batch_to_a_power_of_two_multiple():
+  assert [evaluate.fitted_rows(n, 64) for n in (1, 2, 3, 5, 33, 64)] == [1, 2, 4, 8, 64, 64]
+  assert [evaluate.fitted_rows(n, 48, multiple=4) for n in (1, 4, 5, 9, 17, 40)] == [
+      4, 4, 8, 16, 32, 48]
+  rows = [dict(inputs=np.zeros((1, w), np.int32), index=np.array([i]))
+          for i, w in enumerate([8] * 5 + [16] * 3)]
+  batches = list(evaluate.regroup(rows, lambda width: 4))
+  assert [(b["inputs"].shape, list(b["index"])) for b in batches] == [
+      ((4, 8), [0, 1, 2, 3]), ((1, 8), [4]), ((4, 16), [5, 6, 7, -1])]
+
+
 def test_published_file_streams_in_budget(published_dir):
   budget, heads = 256 << 20, 4
   path = os.path.join(published_dir, "k8_m20.test")
@@ -253,7 +300,9 @@ def test_published_file_streams_in_budget(published_dir):
   for batch in evaluate.dyck_file_batches(path, k=8, batch_size_fn=bs):
     rows, width = batch["inputs"].shape
     shapes.add((rows, width))
-    assert rows == bs(width)
+    real = int(np.sum(batch["index"] >= 0))
+    # full batches, and a width's last one padded only to the next power of two
+    assert rows == evaluate.fitted_rows(real, bs(width)) and real > rows // 2
     assert np.all(batch["length"][batch["index"] >= 0] <= width)
     assert np.all(batch["length"][batch["index"] >= 0] > width / 1.125 - 1)
     seen.extend(batch["index"][batch["index"] >= 0].tolist())

@@ -288,9 +288,11 @@ def test_checkpoint_steps_are_the_multiples_of_the_just_fit_budget_before_the_en
   scratch, _, surgery, _ = preset.runs()
   assert scratch.checkpoint_steps(4000) == (500, 1000, 2000)
   assert surgery.checkpoint_steps(4000) == ()  # evaluated at its end only
-  command = scratch.checkpoint_eval_command("/o", 1000)
-  assert "--step=1000" in command and "--spectrum" not in command
-  assert "--out=/o/dyck/scratch/rope/seed0/eval/results_step1000.json" in command
+  command = scratch.checkpoint_eval_command("/o", (500, 1000))
+  assert "--steps=500,1000" in command and "--spectrum" not in command
+  assert not any(a.startswith(("--out", "--step=")) for a in command)
+  # where `eval.py --steps` writes each (`evaluate.results_path(workdir, step)`)
+  assert ex.checkpoint_results_path("/o/w", 1000) == "/o/w/eval/results_step1000.json"
   with pytest.raises(ValueError, match="just_fit"):
     ex.TaskSpec("dyck", at_multiples=(1,)).checkpoint_steps(100)
 
@@ -302,13 +304,20 @@ def test_summary_carries_the_curve_at_steps_and_waits_for_every_checkpoint(tmp_p
   workdir = fake_workdir(run, out, steps=20, accuracy=0.9)
   assert run.checkpoint_steps(20) == (5, 10)
   assert ex.summary_of(run, out, 20, 1.0) is None  # no checkpoint evaluated yet
-  assert [c for stage, _, c in ex._stages(run, out, 20, evaluate=True)
-          if stage == "eval" and any(a.startswith("--step=") for a in c)] != []
+  def checkpoint_stages():
+    return [c for stage, _, c in ex._stages(run, out, 20, evaluate=True)
+            if stage == "eval" and any(a.startswith("--steps=") for a in c)]
+
+  assert [[a for a in c if a.startswith("--steps=")] for c in checkpoint_stages()] == [
+      ["--steps=5,10"]]  # one process for every pending checkpoint
   for step, accuracy in ((5, 0.6), (10, 0.8)):
     with open(ex.checkpoint_results_path(workdir, step), "w") as f:
       split = dict(token_accuracy=accuracy, sequence_accuracy=0.1, examples=16, by_length={},
                    by_depth={}, ci95=dict(token_accuracy=[accuracy - 0.05, accuracy + 0.05]))
       json.dump(dict(step=step, splits={n: split for n in task.split_names}), f)
+    if step == 5:  # only the checkpoints still pending are evaluated
+      assert [[a for a in c if a.startswith("--steps=")] for c in checkpoint_stages()] == [
+          ["--steps=10"]]
   assert len(ex._stages(run, out, 20, evaluate=True)) == 1  # only the final evaluation left
   s = ex.summary_of(run, out, 20, 1.0)
   assert list(s["at_steps"]) == ["5", "10", "20"]
@@ -336,7 +345,7 @@ def test_a_probed_task_probes_at_its_end_and_its_summary_waits_for_the_probe(tmp
   task = ex.TaskSpec("dyck", variant="tiny", probe=True, at_multiples=(0.5,), just_fit=10)
   run = ex.Run(task, "rope", 0)
   assert "--probe" in run.eval_command(out)
-  assert "--probe" not in run.checkpoint_eval_command(out, 5)
+  assert "--probe" not in run.checkpoint_eval_command(out, (5,))
   assert "--probe" not in ex.Run(dataclasses.replace(task, probe=False), "rope", 0).eval_command(
       out)
   workdir = fake_workdir(run, out, steps=10)

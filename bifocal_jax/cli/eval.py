@@ -2,6 +2,7 @@ r"""Evaluates trained runs: `python -m bifocal_jax.eval --workdir DIR` (or `pyth
 
   python -m bifocal_jax.eval --workdir DIR        # latest checkpoint, held-out splits
   python -m bifocal_jax.eval --workdir DIR --step 1000 --splits valid,test_length --num_examples 256
+  python -m bifocal_jax.eval --workdir DIR --steps 500,1000,2000   # several checkpoints, one process
   python -m bifocal_jax.eval --workdir DIR --dyck_file k8_m20.test   # published data
   python -m bifocal_jax.eval --workdir DIR --spectrum   # + spectral analysis and plots
   python -m bifocal_jax.eval --workdir DIR --probe      # + depth probes, attention on brackets
@@ -10,7 +11,9 @@ r"""Evaluates trained runs: `python -m bifocal_jax.eval --workdir DIR` (or `pyth
   python -m bifocal_jax.eval --workdir POPULATION_DIR --member all   # each member of a population
 
 Prints a table and writes `DIR/eval/results.json` (schema: the docstring of
-`bifocal_jax/evaluate.py`); `--out` writes elsewhere. `--dyck_file` (a path,
+`bifocal_jax/evaluate.py`); `--out` writes elsewhere. `--steps` evaluates
+several checkpoints of one run in one process (set up and compiled once), each
+into its own `DIR/eval/results_step<N>.json`. `--dyck_file` (a path,
 or a published file's bare name, found in the data directory: `--data_dir`,
 else `$BIFOCAL_DATA_DIR`; `python -m bifocal_jax.tasks.external fetch`
 downloads them) may be repeated; with it, task splits are scored only when
@@ -38,6 +41,9 @@ from bifocal_jax import launch
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory to evaluate.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+_STEPS = flags.DEFINE_list(
+    "steps", None, "Several checkpoint steps, each into DIR/eval/results_step<N>.json "
+    "(one process: the evaluation compiles once).")
 _SPLITS = flags.DEFINE_list("splits", None, "Task splits to score (default: every held-out split).")
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", None,
                                      "Examples per task split (default: the whole split).")
@@ -99,6 +105,13 @@ def main(argv):
       memory_budget=(evaluate.DEFAULT_MEMORY_BUDGET
                      if _MEMORY_BUDGET_MB.value is None else _MEMORY_BUDGET_MB.value << 20),
       max_batch_size=_BATCH_SIZE.value, data_dir=_DATA_DIR.value)
+  if _STEPS.value is not None:
+    for name, flag in (("--step", _STEP), ("--member", _MEMBER), ("--out", _OUT)):
+      if flag.value is not None:
+        raise app.UsageError(f"--steps evaluates a single run's checkpoints, each into its own "
+                             f"results file: drop {name}")
+    evaluate.evaluate_steps(_WORKDIR.value, [_step_number(s) for s in _STEPS.value], **options)
+    return 0
   if _MEMBER.value is None:
     evaluate.evaluate(_WORKDIR.value, step=_STEP.value, out=_OUT.value, **options)
     return 0
@@ -118,6 +131,13 @@ def main(argv):
   for run in runs:
     evaluate.evaluate(run, out=_OUT.value, **options)
   return 0
+
+
+def _step_number(value: str) -> int:
+  try:
+    return int(value)
+  except ValueError:
+    raise app.UsageError(f"--steps: {value!r} is not a checkpoint step (500,1000,...)") from None
 
 
 def _member_index(value: str) -> int:
