@@ -54,6 +54,8 @@ BiasFn = Callable[[Any, Any, Any, Any], Any]
 def diagonal_bias_fn(bias_fn: BiasFn) -> BiasFn:
   """`bias_fn`'s form for a causal diagonal block: its `causal_diagonal`, or itself."""
   return getattr(bias_fn, "causal_diagonal", bias_fn)
+
+
 Builder = Callable[..., Any]
 
 
