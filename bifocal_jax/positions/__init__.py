@@ -117,6 +117,5 @@ def with_context_length(position, length: int):
 __all__ = [
     "ABSOLUTE", "ATTENTION", "BIAS", "MIXED", "NONE", "POSITION_KINDS", "ROTARY", "SCHEMES",
     "Scheme", "base", "default_config_keys", "diagonal_bias_fn", "get", "is_valid_kind", "mixed",
-    "parts",
-    "with_context_length"
+    "parts", "with_context_length"
 ]
