@@ -596,9 +596,8 @@ PRESETS = {
                         eval_args=("--num_examples=32",), published=(("k8_m10.test", 4),),
                         at_multiples=(0.5, 1), just_fit=10, checkpoint_examples=16,
                         checkpoint_published=(("k8_m10.test", 2),)),),
-        kinds=("rope", "bifocal_heads"), seeds=(0,), protocol_tasks=("dyck",),
-        sensitivity=(("bifocal_heads", "slr1e-1", (("spectral.learning_rate", 1e-1),)),),
-        learned=0.0),
+        # No sensitivity arm: the population smoke test runs one end to end.
+        kinds=("rope", "bifocal_heads"), seeds=(0,), protocol_tasks=("dyck",), learned=0.0),
     # This 2-core CPU: Dyck, our depth-controlled arithmetic and the
     # Chomsky-hierarchy tasks the calibration finds learned; 7 kinds x 5 seeds.
     "cpu": Preset(

@@ -278,7 +278,8 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
     bias = None
     if bias_fn is not None:
       q_h, k_h = (jnp.swapaxes(x, 1, 2) for x in (q_BxLxHxK, k_BxLxHxK))
-      bias = bias_fn(q_h, k_h, positions_BxL, positions_BxL).astype(q_BxLxHxK.dtype)
+      fn = positions_lib.diagonal_bias_fn(bias_fn) if causal else bias_fn
+      bias = fn(q_h, k_h, positions_BxL, positions_BxL).astype(q_BxLxHxK.dtype)
     if not _cudnn_applies(q_BxLxHxK, bias):
       mask = None if valid_BxL is None else valid_BxL[:, None, None, :]
       return jax.nn.dot_product_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, bias=bias, mask=mask,
@@ -304,7 +305,8 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
     return jnp.swapaxes(out, 1, 2)
   bias = _mask_bias(0, length, length, valid_BxL, causal)
   if bias_fn is not None:
-    extra = bias_fn(q, k, positions_BxL, positions_BxL).astype(jnp.float32)
+    fn = positions_lib.diagonal_bias_fn(bias_fn) if causal else bias_fn
+    extra = fn(q, k, positions_BxL, positions_BxL).astype(jnp.float32)
     bias = extra if bias is None else bias + extra
   scale = jnp.asarray(q.shape[-1]**-0.5, q.dtype)
   return jnp.swapaxes(softmax_attention(q * scale, k, v, bias), 1, 2)
@@ -352,13 +354,14 @@ def _blocked_attention(q, k, v, positions_BxL, valid_BxL, *, causal: bool, bias_
     q_scaled = q_BxHxQxK * scale
 
     def step(diagonal: bool):
+      block_bias_fn = positions_lib.diagonal_bias_fn(bias_fn) if diagonal else bias_fn
 
       def fn(carry, j, k_j, v_j, k_pos, valid_j):
         del j
         m, l, o = carry
         scores = jnp.einsum("bhqk,bhsk->bhqs", q_scaled, k_j, preferred_element_type=jnp.float32)
         if bias_fn is not None:
-          scores = scores + bias_fn(q_BxHxQxK, k_j, q_pos, k_pos).astype(jnp.float32)
+          scores = scores + block_bias_fn(q_BxHxQxK, k_j, q_pos, k_pos).astype(jnp.float32)
         mask = None
         if diagonal:
           mask = (jnp.arange(block)[:, None] >= jnp.arange(block)[None, :])[None, None]

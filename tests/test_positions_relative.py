@@ -86,6 +86,36 @@ def test_causal_relative_reads_i_minus_j():
   want = reference(q, k, module.u_HxK[...], module.v_HxK[...], module.w_r[...], lambda i, j: i - j)
   lower = np.tril(np.ones((L, L), bool))
   np.testing.assert_allclose(got[..., lower], want[..., lower], rtol=1e-5, atol=1e-5)
+  # The causal diagonal form computes only the distances L-1 .. 0 the mask keeps.
+  diagonal = module.bias_fn(causal=True).causal_diagonal
+  got = np.asarray(jnp.einsum("bhqk,bhsk->bhqs", qh, kh) * K**-0.5 +
+                   diagonal(qh, kh, pos, pos))
+  np.testing.assert_allclose(got[..., lower], want[..., lower], rtol=1e-5, atol=1e-5)
+
+
+def test_causal_attention_with_the_diagonal_form_equals_the_full_distances():
+  """`attend` uses the diagonal form on the whole causal path and on the
+  diagonal blocks of the blocked path: same outputs and gradients as the
+  form over all `2L - 1` distances."""
+  from bifocal_jax import attention
+  length = 21
+  module = relative.RelativeBias(H, K, max_time=10_000.0, rngs=nnx.Rngs(3))
+  rng = np.random.default_rng(2)
+  q, k, v = (jnp.asarray(rng.standard_normal((B, length, H, K)), jnp.float32) for _ in range(3))
+  pos = jnp.arange(length)[None]
+  with_diagonal = module.bias_fn(causal=True)
+  assert attention.positions_lib.diagonal_bias_fn(with_diagonal) is not with_diagonal
+  full_only = lambda *args: with_diagonal(*args)  # no causal_diagonal attribute
+
+  def loss(fn, chunk):
+    return lambda q, k, v: jnp.sum(
+        jnp.sin(attention.attend(q, k, v, pos, causal=True, bias_fn=fn, query_chunk=chunk)))
+
+  for chunk in (1024, 8):  # whole, and blocks of 8 (two diagonal blocks, padded)
+    want = jax.value_and_grad(loss(full_only, chunk), argnums=(0, 1, 2))(q, k, v)
+    got = jax.value_and_grad(loss(with_diagonal, chunk), argnums=(0, 1, 2))(q, k, v)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
 
 
 def _draws(seed=4):

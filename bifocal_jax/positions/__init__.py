@@ -41,6 +41,7 @@ from bifocal_jax.positions import rotary
 from bifocal_jax.positions import stickbreaking
 from bifocal_jax.positions import t5
 from bifocal_jax.positions.base import ABSOLUTE, ATTENTION, BIAS, MIXED, NONE, ROTARY, Scheme
+from bifocal_jax.positions.base import diagonal_bias_fn
 
 _FAMILIES = (rotary, alibi, absolute, relative, t5, kerple, fire)
 # Data-dependent attention (interface `attention`), and FoPE.
@@ -115,6 +116,6 @@ def with_context_length(position, length: int):
 
 __all__ = [
     "ABSOLUTE", "ATTENTION", "BIAS", "MIXED", "NONE", "POSITION_KINDS", "ROTARY", "SCHEMES",
-    "Scheme", "base", "default_config_keys", "get", "is_valid_kind", "mixed", "parts",
-    "with_context_length"
+    "Scheme", "base", "default_config_keys", "diagonal_bias_fn", "get", "is_valid_kind", "mixed",
+    "parts", "with_context_length"
 ]

@@ -44,7 +44,18 @@ DISTANCES = "distances"  # in-order positions, and sorted random distances [0, r
 RANDOMIZATIONS = (IN_ORDER, PER_SEQUENCE, PER_BATCH, DISTANCES)
 
 # q_BxHxQxK, k_BxHxSxK, q_positions_BxQ, k_positions_BxS -> bias broadcastable to [B, H, Q, S].
+# A BiasFn may carry `causal_diagonal`, a cheaper function of the same
+# arguments for a causal block whose queries and keys start at the same index
+# (`Q == S`): it may return anything above the diagonal, which the causal mask
+# hides. `attend` calls it there (`diagonal_bias_fn`).
 BiasFn = Callable[[Any, Any, Any, Any], Any]
+
+
+def diagonal_bias_fn(bias_fn: BiasFn) -> BiasFn:
+  """`bias_fn`'s form for a causal diagonal block: its `causal_diagonal`, or itself."""
+  return getattr(bias_fn, "causal_diagonal", bias_fn)
+
+
 Builder = Callable[..., Any]
 
 

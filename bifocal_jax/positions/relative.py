@@ -53,13 +53,16 @@ from bifocal_jax.positions import base
 
 
 def relative_shift(x_BxHxQxW: jax.Array, keys: int) -> jax.Array:
-  """`y[.., i, j] = x[.., i, Q - 1 - i + j]` as `[B, H, Q, keys]` (`W >= Q + keys - 1`).
+  """`y[.., i, j] = x[.., i, Q - 1 - i + j]` as `[B, H, Q, keys]` (`W >= Q + keys - 1`;
+  with `W = Q = keys`, the entries `j > i` read the next row's instead).
 
   Transformer-XL's skew: with column `w` of row `i` the distance
   `d_max - w`, row `i` of the result reads distances `d_max - (Q - 1) + i - j`.
   Row-major, element `(i, j)` is element `Q - 1 + i W' + j` of the rows
   flattened with one padding column (`W' = W + 1`), so a slice and reshapes
   do it (their `_rel_shift_inner` likewise), and the backward is a pad.
+  (Padding the matmul's output instead, by a zero row of encodings, was
+  slower on XLA:CPU: its odd width.)
   """
   *lead, q, w = x_BxHxQxW.shape
   flat = jnp.pad(x_BxHxQxW, [(0, 0)] * len(lead) + [(0, 0), (0, 1)]).reshape(*lead, q * (w + 1))
@@ -69,7 +72,12 @@ def relative_shift(x_BxHxQxW: jax.Array, keys: int) -> jax.Array:
 def relative_logits(q_BxHxQxK, k_BxHxSxK, r_WxHxK, u_HxK, v_HxK) -> jax.Array:
   """`(u . k_j + (q_i + v) . R[rel(i, j)]) / sqrt(K)`, `[B, H, Q, S]` float32, where
   row `w` of `r_WxHxK` encodes the distance `i - j = d_max - w` and
-  `d_max = Q - 1 + (first query's position - last key's position)` (W = Q + S - 1)."""
+  `d_max = Q - 1 + (first query's position - first key's position)` (W = Q + S - 1).
+
+  With only the distances `Q - 1 .. 0` (`W = Q = S`: a causal diagonal block)
+  the entries above the diagonal, which the causal mask hides, are other
+  entries' values (`relative_shift` reads past a row into the next).
+  """
   scale = q_BxHxQxK.shape[-1]**-0.5
   q = q_BxHxQxK.astype(jnp.float32)
   content = jnp.einsum("hk,bhsk->bhs", u_HxK, k_BxHxSxK.astype(jnp.float32))[:, :, None, :]
@@ -105,6 +113,15 @@ class RelativeBias(nnx.Module):
     del causal
     u, v = self.u_HxK[...], self.v_HxK[...]
 
+    def encoded(offsets):
+      if self.randomized:
+        d = -offsets  # their d = j - i; in order (no draws) r_|d| = |d|
+        values = d if distances_L is None else jnp.sign(d) * jnp.take(distances_L, jnp.abs(d),
+                                                                      mode="clip")
+      else:
+        values = offsets
+      return self.encodings(values)
+
     def fn(q, k, qp, kp):
       queries, keys = q.shape[2], k.shape[2]
       # The block's distances i - j, largest first: from (first query - first
@@ -112,15 +129,16 @@ class RelativeBias(nnx.Module):
       # the last key is the first plus S - 1 (a padded block's edge-repeated
       # positions are not).
       d_max = qp[0, 0] - kp[0, 0] + queries - 1
-      offsets = d_max - jnp.arange(queries + keys - 1)
-      if self.randomized:
-        d = -offsets  # their d = j - i; in order (no draws) r_|d| = |d|
-        values = d if distances_L is None else jnp.sign(d) * jnp.take(distances_L, jnp.abs(d),
-                                                                      mode="clip")
-      else:
-        values = offsets
-      return relative_logits(q, k, self.encodings(values), u, v)
+      return relative_logits(q, k, encoded(d_max - jnp.arange(queries + keys - 1)), u, v)
 
+    def causal_diagonal(q, k, qp, kp):
+      # Queries and keys start together and j > i is masked: only the
+      # distances Q - 1 .. 0 are seen, half of the (q + v) . R products.
+      del qp, kp
+      queries = q.shape[2]
+      return relative_logits(q, k, encoded(queries - 1 - jnp.arange(queries)), u, v)
+
+    fn.causal_diagonal = causal_diagonal
     return fn
 
 
