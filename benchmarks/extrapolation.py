@@ -408,6 +408,10 @@ class Preset:
   # first) rather than the group with the fewest steps left first.
   in_order: bool = False
   calibrated: bool = True                # False: each task's budget is its max_steps
+  # The report ranks the kinds per held-out split (issue 31's leaderboards),
+  # counting the seeds that reach a target: ((task, split, accuracy), ...).
+  leaderboards: bool = False
+  targets: tuple[tuple[str, str, float], ...] = ()
   learning_rates: tuple[float, ...] = ()  # set: populations (PopulationRun) of seeds x these
   data_workers: int = 0                  # populations: batch-making processes
 
@@ -625,11 +629,13 @@ PRESETS = {
         tasks=(_CONVERGED_DYCK, _CONVERGED_LISTOPS, _CONVERGED_DYCK_5LAYER),
         kinds=VERDICT_KINDS, seeds=(0, 1, 2, 3, 4), protocol_tasks=("dyck", "listops_depth"),
         converged=0.002,
-        in_order=True),
+        in_order=True, leaderboards=True,
+        # issue 31: does any scheme reach these (closing-bracket accuracy)?
+        targets=(("dyck", "test_depth", 0.99), ("dyck", "k8_m20.test", 0.90))),
     # The roster on the learned Chomsky-hierarchy tasks at convergence.
     "converged_chomsky": Preset(
         tasks=_CONVERGED_CHOMSKY, kinds=ENCODER_KINDS, seeds=(0, 1, 2, 3, 4), converged=0.002,
-        in_order=True),
+        in_order=True, leaderboards=True),
     # One H200: the cpu preset's tasks at the protocol's model size, each
     # (task, kind) one population of 8 seeds x 2 learning rates; fixed budgets.
     "accelerator": Preset(
