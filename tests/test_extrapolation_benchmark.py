@@ -682,22 +682,30 @@ def test_summary_seconds_include_segments_of_earlier_sweeps(tmp_path, monkeypatc
   assert seconds == [600.5]
 
 
-def test_sweep_takes_up_runs_that_became_pending_and_tries_each_once(tmp_path, monkeypatch):
+def test_sweep_takes_up_runs_that_became_pending_in_order_and_tries_each_once(
+    tmp_path, monkeypatch):
   sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None)
   first, second, third = (ex.Run(TASK, "rope", seed) for seed in range(3))
-  executed = []
-  pending_calls = iter([[first, second], [second, third], [second, third]])
+  executed, done, calibrated = [], set(), []
+
+  def pending():  # `third` is calibrated while `first` runs, and goes before `second`
+    runs = [first] + ([third] if calibrated else []) + [second]
+    return [r for r in runs if r.name not in done]
 
   def execute(unit, *args, **kwargs):
     executed.append(unit.name)
-    return "done" if unit != second else "failed"  # a failed run stays pending
+    calibrated.append(True)
+    status = "done" if unit != second else "failed"  # a failed run stays pending
+    if status == "done":
+      done.add(unit.name)
+    return status
 
   monkeypatch.setattr(ex, "execute", execute)
   monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
-  monkeypatch.setattr(sweep, "pending", lambda: next(pending_calls))  # third: calibrated meanwhile
+  monkeypatch.setattr(sweep, "pending", pending)
   monkeypatch.setattr(sweep, "budget", lambda task: 10)
   statuses = sweep.run()
-  assert executed == [first.name, second.name, third.name]
+  assert executed == [first.name, third.name, second.name]  # third asked for before second
   assert statuses == {first.name: "done", second.name: "failed", third.name: "done"}
 
 
