@@ -408,6 +408,10 @@ class Preset:
   # first) rather than the group with the fewest steps left first.
   in_order: bool = False
   calibrated: bool = True                # False: each task's budget is its max_steps
+  # The report ranks the kinds per held-out split (issue 31's leaderboards),
+  # counting the seeds that reach a target: ((task, split, accuracy), ...).
+  leaderboards: bool = False
+  targets: tuple[tuple[str, str, float], ...] = ()
   learning_rates: tuple[float, ...] = ()  # set: populations (PopulationRun) of seeds x these
   data_workers: int = 0                  # populations: batch-making processes
 
@@ -625,11 +629,13 @@ PRESETS = {
         tasks=(_CONVERGED_DYCK, _CONVERGED_LISTOPS, _CONVERGED_DYCK_5LAYER),
         kinds=VERDICT_KINDS, seeds=(0, 1, 2, 3, 4), protocol_tasks=("dyck", "listops_depth"),
         converged=0.002,
-        in_order=True),
+        in_order=True, leaderboards=True,
+        # issue 31: does any scheme reach these (closing-bracket accuracy)?
+        targets=(("dyck", "test_depth", 0.99), ("dyck", "k8_m20.test", 0.90))),
     # The roster on the learned Chomsky-hierarchy tasks at convergence.
     "converged_chomsky": Preset(
         tasks=_CONVERGED_CHOMSKY, kinds=ENCODER_KINDS, seeds=(0, 1, 2, 3, 4), converged=0.002,
-        in_order=True),
+        in_order=True, leaderboards=True),
     # One H200: the cpu preset's tasks at the protocol's model size, each
     # (task, kind) one population of 8 seeds x 2 learning rates; fixed budgets.
     "accelerator": Preset(
@@ -1111,58 +1117,69 @@ class Sweep:
 
   def run(self, *, jobs: int = 1, limit: int | None = None) -> dict[str, str]:
     """Runs what is pending, `jobs` at a time (at most `limit` runs, a
-    population counting as one); returns {run name: status}. When that is
-    done, what became pending meanwhile (a task another process calibrated)
-    runs too; a run tried once is not tried again."""
+    population counting as one); returns {run name: status}. Each job takes
+    the first pending run not yet tried, asked afresh as it starts one, so a
+    task another process calibrated meanwhile joins in its place in the
+    order; a run tried once is not tried again."""
     with self._exclusive(jobs):
-      return self._run_rounds(jobs, limit)
+      return self._run_pending(jobs, limit)
 
-  def _run_rounds(self, jobs: int, limit: int | None) -> dict[str, str]:
-    out, tried = {}, set()
-    while limit is None or len(tried) < limit:
-      todo = [r for r in self.pending() if r.unit not in tried]
-      units = list(dict.fromkeys(r.unit for r in todo))
-      units = units[:None if limit is None else limit - len(tried)]
-      if not units:
-        break
-      tried.update(units)
-      statuses = self._run_units(units, todo, jobs)
-      out.update(statuses)
-      if any(statuses.get(r.name, "stopped") == "stopped" for r in todo if r.unit in units):
-        break  # a signal stopped the sweep (runs in flight say so; the rest never started)
+  def _run_pending(self, jobs: int, limit: int | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    tried: list = []
+    lock = threading.Lock()
+    halted = threading.Event()  # a run was stopped by a signal: start no other
+
+    def pick():
+      with lock:
+        if halted.is_set() or (limit is not None and len(tried) >= limit):
+          return None
+        todo = [r for r in self.pending() if r.unit not in tried]
+        if not todo:
+          return None
+        unit = todo[0].unit
+        tried.append(unit)
+        left = len(dict.fromkeys(r.unit for r in todo)) - 1
+        return unit, [r for r in todo if r.unit == unit], len(tried), len(tried) + left
+
+    def worker(stop):
+      while not stop.signal and (picked := pick()) is not None:
+        statuses = self._run_unit(*picked, stop)
+        with lock:
+          out.update(statuses)
+        if "stopped" in statuses.values():
+          halted.set()
+
+    with _Stop() as stop, concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+      for future in [pool.submit(worker, stop) for _ in range(jobs)]:
+        future.result()
     return out
 
-  def _run_units(self, units: list, todo: list[Run], jobs: int) -> dict[str, str]:
-    total = len(units)
-
-    def one(unit, stop):
-      budget = self.budget(unit.task)
-      start = time.time()
-      self.log(f"[{units.index(unit) + 1}/{total}] {unit.name}  {time.strftime('%H:%M:%S')}")
-      status = execute(unit, self.out, budget, stop, self.log)
-      runs = [r for r in todo if r.unit == unit]
-      statuses = {r.name: status for r in runs}
-      share = len(unit.members()) if isinstance(unit, PopulationRun) else 1
-      # Segments of earlier sweeps count too (logs older than `TOOK` lack them).
-      seconds = max(logged_seconds(unit.workdir(self.out)), time.time() - start) / share
-      for run in runs if status == "done" else ():
-        summary = summary_of(run, self.out, budget, seconds)
-        if summary is None:
-          statuses[run.name] = "failed"
-          self._failed(run, "its results lack a split or the final step (a population's "
-                       "member that went non-finite is not evaluated: see eval.log)")
-        else:
-          path = summary_path(self.results_dir, run)
-          os.makedirs(os.path.dirname(path), exist_ok=True)
-          _write_atomically(path, json.dumps(summary, indent=1))
-          self.on_written([path], f"sweep ({os.path.basename(self.results_dir)}): {run.name}")
-      self.log(f"{unit.name}: {status} in {time.time() - start:.0f}s")
-      return statuses
-
-    out = {}
-    for statuses in self._map(one, units, jobs):
-      out.update(statuses or {})
-    return out
+  def _run_unit(self, unit, runs: list[Run], index: int, total: int,
+                stop: _Stop) -> dict[str, str]:
+    """Trains and evaluates `unit` (a run or a population), then writes (and
+    hands to `on_written`) the summary of each of its `runs`."""
+    budget = self.budget(unit.task)
+    start = time.time()
+    self.log(f"[{index}/{total}] {unit.name}  {time.strftime('%H:%M:%S')}")
+    status = execute(unit, self.out, budget, stop, self.log)
+    statuses = {r.name: status for r in runs}
+    share = len(unit.members()) if isinstance(unit, PopulationRun) else 1
+    # Segments of earlier sweeps count too (logs older than `TOOK` lack them).
+    seconds = max(logged_seconds(unit.workdir(self.out)), time.time() - start) / share
+    for run in runs if status == "done" else ():
+      summary = summary_of(run, self.out, budget, seconds)
+      if summary is None:
+        statuses[run.name] = "failed"
+        self._failed(run, "its results lack a split or the final step (a population's "
+                     "member that went non-finite is not evaluated: see eval.log)")
+      else:
+        path = summary_path(self.results_dir, run)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _write_atomically(path, json.dumps(summary, indent=1))
+        self.on_written([path], f"sweep ({os.path.basename(self.results_dir)}): {run.name}")
+    self.log(f"{unit.name}: {status} in {time.time() - start:.0f}s")
+    return statuses
 
   def _failed(self, run: Run, why: str) -> None:
     os.makedirs(run.workdir(self.out), exist_ok=True)

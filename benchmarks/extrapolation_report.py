@@ -6,6 +6,9 @@
   * the calibrated budgets (and the tasks not learned at them);
   * per task, accuracy per position kind and split: the mean over seeds with a
     95% t-interval (`bifocal_jax.stats.seed_interval`);
+  * with `preset.leaderboards`, per held-out split the kinds ranked, each
+    with its interval, its paired difference from `rope` and how many seeds
+    reach the split's target (`preset.targets`);
   * per split, paired comparisons against `rope` (same seeds, same data): the
     mean difference and its 95% interval; a difference is called only where
     the interval excludes zero (`stats.paired_difference`);
@@ -173,6 +176,59 @@ def probe_table(groups: dict) -> str:
   return _markdown(rows) if len(rows) > 2 else ""
 
 
+def leaderboard(groups: dict, splits: list[str], targets: dict[str, float]) -> str:
+  """Per held-out split (every split but `valid`), the scratch kinds ranked by
+  their mean over seeds (closing-bracket accuracy where the summaries carry
+  it, else token accuracy), each with its 95% interval and its paired
+  difference from `rope` (bold: decided); a split in `targets` adds how many
+  seeds reach its target, and a line saying whether any kind does."""
+  scratch = {key[1]: runs for key, runs in groups.items() if key[0] == "scratch"}
+  if len(scratch) < 2:
+    return ""
+  metric = ("close_accuracy" if any(_value(s, splits[0], "close_accuracy") is not None
+                                    for runs in scratch.values() for s in runs.values())
+            else "accuracy")
+  rope = scratch.get("rope", {})
+  parts = []
+  for split in (s for s in splits if s != "valid"):
+    values = {kind: _seed_values(runs, split, metric) for kind, runs in scratch.items()}
+    values = {kind: v for kind, v in values.items() if v}
+    if not values:
+      continue
+    target = targets.get(split)
+    header = ["rank", "position", "seeds", "mean [95% interval]", "minus rope (paired)",
+              *([f"seeds >= {target:g}"] if target is not None else [])]
+    rows = [header, ["---"] * len(header)]
+    ranked = sorted(values, key=lambda kind: -float(np.mean(list(values[kind].values()))))
+    reached = []
+    for rank, kind in enumerate(ranked, 1):
+      mine = values[kind]
+      base = _seed_values(rope, split, metric)
+      common = sorted(set(mine) & set(base))
+      versus = ("-" if kind == "rope" or not common else _fmt_interval(
+          stats.paired_difference([mine[s] for s in common], [base[s] for s in common]),
+          signed=True))
+      row = [str(rank), kind, str(len(mine)),
+             _fmt_interval(stats.seed_interval(list(mine.values()))), versus]
+      if target is not None:
+        hits = sum(v >= target for v in mine.values())
+        row.append(f"{hits}/{len(mine)}")
+        if hits:
+          reached.append(f"{kind} ({hits}/{len(mine)})")
+      rows.append(row)
+    parts += [f"`{split}`:", "", _markdown(rows)]
+    if target is not None:
+      parts += ["", f"Reaching {target:g} on `{split}` (any seed): "
+                f"{', '.join(reached) if reached else 'no kind'}."]
+    parts.append("")
+  if not parts:
+    return ""
+  name = "closing-bracket accuracy" if metric == "close_accuracy" else "token accuracy"
+  return "\n".join([f"Leaderboards ({name}, scratch runs, best first; the difference from "
+                    "`rope` over the seeds both have, **bold** where its 95% interval excludes "
+                    "zero):", "", *parts]).rstrip()
+
+
 def _markdown(rows: list[list[str]]) -> str:
   return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
@@ -216,7 +272,8 @@ def replication(groups: dict, splits: list[str], seeds: tuple[int, ...],
 
 def task_section(task: str, groups: dict, plots_dir: str, link_base: str, *,
                  learned: float | None = None,
-                 extensions: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = ()) -> str:
+                 extensions: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = (),
+                 targets: dict[str, float] | None = None) -> str:
   splits = list(dict.fromkeys(split for runs in groups.values() for s in runs.values()
                               for split in s["splits"]))
   any_run = next(iter(next(iter(groups.values())).values()))
@@ -244,6 +301,10 @@ def task_section(task: str, groups: dict, plots_dir: str, link_base: str, *,
     table = paired_table(groups, splits, "accuracy", pairs[section])
     if table:
       parts += ["", title, "", table]
+  if targets is not None:
+    board = leaderboard(groups, splits, targets)
+    if board:
+      parts += ["", board]
   for seeds, kinds in extensions:
     table = replication(groups, splits, seeds, kinds, learned=learned)
     if table:
@@ -476,7 +537,9 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
     extensions = tuple((seeds, kinds) for name, seeds, kinds in preset.seed_extensions
                        if name == task)
     parts.append(task_section(task, table[task], plots_dir, link_base, learned=preset.learned,
-                              extensions=extensions))
+                              extensions=extensions,
+                              targets=({split: value for name, split, value in preset.targets
+                                        if name == task} if preset.leaderboards else None)))
   return "\n\n".join(parts) + "\n"
 
 

@@ -1,4 +1,4 @@
-"""Evaluation of trained runs: held-out splits, the published Dyck data, comparisons.
+"""Evaluation of trained runs: held-out splits, the published Dyck data, results tables.
 
 `Evaluator` is the one definition of evaluation: the training loop's periodic
 evaluation, `evaluate(workdir)` (and `eval.py`, flag parsing around it) and
@@ -701,7 +701,7 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
 
 
 # ----------------------------------------------------------------------------
-# Tables and comparisons.
+# Tables and plots of one run's results (across runs: `compare.py`).
 # ----------------------------------------------------------------------------
 
 
@@ -734,14 +734,15 @@ def _octaves(counts) -> list[int]:
   return [2**i for i in range(int(math.log2(max(counts))) + 2)]
 
 
-def _fmt(v) -> str:
+def format_value(v) -> str:
+  """An accuracy (or score) to 3 decimals; `-` for none."""
   return "-" if v is None else f"{v:.3f}"
 
 
 def _fmt_ci(v, ci) -> str:
   """`0.861+-0.011` (half the interval's width), or the value alone."""
   if v is None or not ci or not all(np.isfinite(ci)):
-    return _fmt(v)
+    return format_value(v)
   return f"{v:.3f}+-{(ci[1] - ci[0]) / 2:.3f}"
 
 
@@ -749,7 +750,7 @@ def format_results(results: dict) -> str:
   """The results as text tables: per split, by depth, and by length (octaves)."""
   lines = [
       f"{results['workdir']}  step {results['step']}  task {results['task']}  "
-      f"position {results['position_kind']}  CHE {_fmt(results['che_score'])}"
+      f"position {results['position_kind']}  CHE {format_value(results['che_score'])}"
   ]
   splits = results["splits"]
   if not splits:
@@ -776,56 +777,6 @@ def format_results(results: dict) -> str:
   return "\n".join(lines)
 
 
-def load_results(workdir: str, *, log: Callable[[str], None] = print) -> dict:
-  """The run's results JSON, evaluating the run first if it has none."""
-  path = results_path(workdir)
-  if not os.path.exists(path):
-    log(f"{workdir}: no {path}, evaluating")
-    return evaluate(workdir, log=log)
-  with open(path) as f:
-    return json.load(f)
-
-
-def compare(workdirs: Sequence[str], *, out: str | None = None,
-            log: Callable[[str], None] = print) -> tuple[str, str]:
-  """One markdown table and one PNG (accuracy against depth and against length)
-  across runs. Writes `out` (default `<common parent>/compare.md`) and the PNG
-  beside it; returns `(markdown, png path)`."""
-  if len(workdirs) < 1:
-    raise ValueError("compare: needs at least one workdir")
-  workdirs = [os.path.abspath(w) for w in workdirs]
-  if out is None:
-    parent = os.path.dirname(workdirs[0]) if len(workdirs) == 1 else os.path.commonpath(workdirs)
-    out = os.path.join(parent, "compare.md")
-  runs = [load_results(w, log=log) for w in workdirs]
-  names = [os.path.basename(w) for w in workdirs]
-  split_names = list(dict.fromkeys(n for r in runs for n in r["splits"]))
-  header = ["run", "position", "step", "CHE"] + split_names
-  rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  for name, r in zip(names, runs):
-    cells = [name, r["position_kind"], str(r["step"]), _fmt(r["che_score"])]
-    for split in split_names:
-      s = r["splits"].get(split)
-      if s is None:
-        cells.append("-")
-      elif "close_accuracy" in s:
-        cells.append(f"{s['token_accuracy']:.3f} ({s['close_accuracy']:.3f})")
-      else:
-        cells.append(f"{s['token_accuracy']:.3f}")
-    rows.append("| " + " | ".join(cells) + " |")
-  note = ("Token accuracy per split (in parentheses: Yao et al.'s 0.8-ratio "
-          "closing-bracket accuracy); CHE: mean token accuracy over test lengths.")
-  markdown = "\n".join(rows) + "\n\n" + note + "\n"
-  os.makedirs(os.path.dirname(out), exist_ok=True)
-  with open(out, "w") as f:
-    f.write(markdown)
-  png = os.path.splitext(out)[0] + ".png"
-  _plot_compare(names, runs, png)
-  log(markdown)
-  log(f"wrote {out} and {png}")
-  return markdown, png
-
-
 def plot_che_curve(che_results: dict, path: str) -> str:
   """Accuracy against length of the CHE protocol's entry, and its score."""
   plt = analysis.plt
@@ -842,33 +793,5 @@ def plot_che_curve(che_results: dict, path: str) -> str:
   ax.legend(fontsize=8)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   fig.savefig(path, dpi=100, bbox_inches="tight")
-  plt.close(fig)
-  return path
-
-
-def _plot_compare(names: Sequence[str], runs: Sequence[dict], path: str) -> str:
-  plt = analysis.plt
-  fig, (ax_depth, ax_length) = plt.subplots(1, 2, figsize=(11, 4))
-  for name, r in zip(names, runs):
-    by_depth = pooled(r["splits"].values(), "by_depth")
-    depths = sorted(by_depth)
-    ax_depth.plot(depths, [by_depth[d][0] / by_depth[d][1] for d in depths], marker="o", ms=3,
-                  label=f"{name} ({r['position_kind']})")
-    by_length = pooled(r["splits"].values(), "by_length")
-    if by_length:
-      edges = np.unique(np.round(np.geomspace(1, 2 * max(by_length), 40))).tolist()
-      bins = binned(by_length, edges)
-      ax_length.plot([math.sqrt(lo * hi) for lo, hi, _ in bins], [a for _, _, a in bins],
-                     marker="o", ms=3, label=name)
-  ax_depth.set_xlabel("nesting depth")
-  ax_length.set_xlabel("sequence length (tokens)")
-  ax_length.set_xscale("log")
-  for ax in (ax_depth, ax_length):
-    ax.set_ylabel("token accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-  ax_depth.legend(fontsize=7)
-  fig.suptitle("accuracy against depth and length (all evaluated splits pooled)")
-  fig.savefig(path, dpi=110, bbox_inches="tight")
   plt.close(fig)
   return path

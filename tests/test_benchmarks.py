@@ -122,10 +122,10 @@ def test_compile_options(tmp_path):
 
 
 def test_long_eval(tmp_path):
-  # 2048 tokens: beyond one query chunk (1024), so the blocked path runs.
-  r = run_script("long_eval", "--lengths=256,2048", "--runs=1", "--baseline", "--peak_repeats=1",
+  # 1280 tokens: beyond one query chunk (1024), so the blocked path runs.
+  r = run_script("long_eval", "--lengths=256,1280", "--runs=1", "--baseline", "--peak_repeats=1",
                  tmp_path=tmp_path)
-  assert [row["length"] for row in r["rows"]] == [256, 2048]
+  assert [row["length"] for row in r["rows"]] == [256, 1280]
   assert [row["attend"] for row in r["baseline_rows"]] == ["baseline", "baseline"]
   assert r["peak_flops_per_sec"] > 0
   for row in r["rows"] + r["baseline_rows"]:

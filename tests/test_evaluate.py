@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+from bifocal_jax import compare
 from bifocal_jax import config as config_lib
 from bifocal_jax import evaluate
 from bifocal_jax import metrics
@@ -183,7 +184,7 @@ def test_published_files_by_name_come_from_the_data_directory(run, tmp_path):
 def test_compare(trained, evaluated, tmp_path):
   other = str(tmp_path / "other_run")
   shutil.copytree(trained, other)
-  markdown, png = evaluate.compare([trained, other], **quiet(out=str(tmp_path / "cmp.md")))
+  markdown, png = compare.compare([trained, other], **quiet(out=str(tmp_path / "cmp.md")))
   rows = [l for l in markdown.splitlines() if l.startswith("|")]
   assert len(rows) == 4 and "test_depth" in rows[0]
   assert os.path.basename(trained) in rows[2] and "other_run" in rows[3]

@@ -486,6 +486,31 @@ def test_report_intervals_paired_verdicts_and_plots(tmp_path):
   assert os.path.getsize(os.path.join(results, "plots", "extrapolation_odds_first.png")) > 5000
 
 
+def test_report_leaderboards_rank_the_kinds_and_count_the_seeds_at_the_target(tmp_path):
+  results = str(tmp_path)
+  rope = [0.50, 0.60, 0.55]
+  _write(results, [_summary("rope", i, valid=0.9, test_length=a) for i, a in enumerate(rope)]
+         + [_summary("alibi", i, valid=0.9, test_length=a + 0.3) for i, a in enumerate(rope)]
+         + [_summary("nope", i, valid=0.9, test_length=a + (-1) ** i * 0.02)
+            for i, a in enumerate(rope)])
+  with open(os.path.join(results, "budgets.json"), "w") as f:
+    json.dump({"odds_first": {"budget": 400, "max_steps": 3000, "curve": [[400, 0.93]]}}, f)
+  preset = ex.Preset(tasks=(TASK,), kinds=("rope", "alibi", "nope"), seeds=(0, 1, 2),
+                     leaderboards=True, targets=(("odds_first", "test_length", 0.85),
+                                                 ("dyck", "test_length", 0.5)))
+  markdown = report_lib.report(preset, results)
+  board = [row for row in _rows(markdown, "") if row[0] in ("1", "2", "3")]
+  assert [row[1] for row in board] == ["alibi", "nope", "rope"]  # test_length only: valid is not
+  alibi, nope, rope_row = board
+  assert alibi[3].startswith("0.850 [") and alibi[4].startswith("**+0.300 [")
+  assert not nope[4].startswith("**") and rope_row[4] == "-"
+  # alibi's seeds: 0.80, 0.90, 0.85 against the target 0.85 (this task's, not dyck's)
+  assert [row[5] for row in board] == ["2/3", "0/3", "0/3"]
+  assert "Reaching 0.85 on `test_length` (any seed): alibi (2/3)." in markdown
+  assert "Leaderboards" not in report_lib.report(dataclasses.replace(preset, leaderboards=False),
+                                                 results)
+
+
 def test_report_training_time_table_plot_and_convergence_budgets(tmp_path):
   results = str(tmp_path)
   summaries = []
@@ -657,22 +682,30 @@ def test_summary_seconds_include_segments_of_earlier_sweeps(tmp_path, monkeypatc
   assert seconds == [600.5]
 
 
-def test_sweep_takes_up_runs_that_became_pending_and_tries_each_once(tmp_path, monkeypatch):
+def test_sweep_takes_up_runs_that_became_pending_in_order_and_tries_each_once(
+    tmp_path, monkeypatch):
   sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None)
   first, second, third = (ex.Run(TASK, "rope", seed) for seed in range(3))
-  executed = []
-  pending_calls = iter([[first, second], [second, third], [second, third]])
+  executed, done, calibrated = [], set(), []
+
+  def pending():  # `third` is calibrated while `first` runs, and goes before `second`
+    runs = [first] + ([third] if calibrated else []) + [second]
+    return [r for r in runs if r.name not in done]
 
   def execute(unit, *args, **kwargs):
     executed.append(unit.name)
-    return "done" if unit != second else "failed"  # a failed run stays pending
+    calibrated.append(True)
+    status = "done" if unit != second else "failed"  # a failed run stays pending
+    if status == "done":
+      done.add(unit.name)
+    return status
 
   monkeypatch.setattr(ex, "execute", execute)
   monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
-  monkeypatch.setattr(sweep, "pending", lambda: next(pending_calls))  # third: calibrated meanwhile
+  monkeypatch.setattr(sweep, "pending", pending)
   monkeypatch.setattr(sweep, "budget", lambda task: 10)
   statuses = sweep.run()
-  assert executed == [first.name, second.name, third.name]
+  assert executed == [first.name, third.name, second.name]  # third asked for before second
   assert statuses == {first.name: "done", second.name: "failed", third.name: "done"}
 
 

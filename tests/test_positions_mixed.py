@@ -65,7 +65,7 @@ def test_head_split():
   assert mixed.head_split(_position("rope+alibi"), num_heads=5) == (2, 3)
   assert mixed.head_split(_position("rope+alibi", mixed_heads=-1), num_heads=4) == (2, 2)
   assert mixed.head_split(_position("rope+alibi", mixed_heads=3), num_heads=4) == (3, 1)
-  for bad in (0, 4, -2):
+  for bad in (0, 4, -2, True):  # True would be 1 head to Python
     with pytest.raises(ValueError, match=rf"position\.mixed_heads={bad}: must be -1"):
       mixed.head_split(_position("rope+alibi", mixed_heads=bad), num_heads=4)
   with pytest.raises(ValueError, match=r"position\.mixed_heads=None"):

@@ -86,12 +86,13 @@ _BATCH_SIZE = flags.DEFINE_integer("batch_size", None,
 
 
 def main(argv):
+  from bifocal_jax import compare  # pylint: disable=g-import-not-at-top
   from bifocal_jax import evaluate  # pylint: disable=g-import-not-at-top
   launch.quiet_library_logs()
   extra = argv[1:]
   if _COMPARE.value is not None:
     workdirs = [w for w in _COMPARE.value.split(",") if w] + extra
-    evaluate.compare(workdirs, out=_OUT.value)
+    compare.compare(workdirs, out=_OUT.value)
     return 0
   if extra:
     raise app.UsageError(f"unexpected arguments {extra} (only --compare takes several)")

@@ -74,7 +74,8 @@ def head_split(position: ml_collections.ConfigDict, *, num_heads: int) -> tuple[
   or -1: half) and the rest; a ValueError naming the key when it does not fit."""
   n = position.get("mixed_heads")
   first = num_heads // 2 if n is None or n == -1 else n
-  if not isinstance(first, int) or not 1 <= first <= num_heads - 1:
+  # bool is an int to Python (and to ml_collections): `True` is not a head count
+  if isinstance(first, bool) or not isinstance(first, int) or not 1 <= first <= num_heads - 1:
     raise ValueError(f"position.mixed_heads={n!r}: must be -1 (half) or in "
                      f"[1, model.num_heads - 1 = {num_heads - 1}] (position.kind="
                      f"{position.kind!r} needs heads for both kinds)")
