@@ -135,6 +135,20 @@ def test_long_eval(tmp_path):
         row["attention_flops"] / row["seconds"] / r["peak_flops_per_sec"])
 
 
+def test_attention_ceiling(tmp_path):
+  r = run_script("attention_ceiling", "--block=32", "--blocks=2", "--head_dims=8,16",
+                 "--repeats=1", "--calls=2", "--peak_scale=0.05", tmp_path=tmp_path)
+  peak = r["peak_flops_per_sec"]
+  assert peak > 0 and [row["head_dim"] for row in r["rows"]] == [8, 16]
+  for row in r["rows"]:
+    t = row["seconds"]
+    assert all(v > 0 for v in t.values()) and row["flops_per_pair"] == 4 * 4 * 32**2 * row["head_dim"]
+    parts = t["score_product"] + t["softmax_exponentials"] + t["value_product"]
+    assert row["ceiling"] == pytest.approx(row["flops_per_pair"] / parts / peak)
+    assert row["ceiling"] < row["ceiling_without_softmax"]  # the exponentials cost time
+    assert row["blocked"] == pytest.approx(row["flops_per_pair"] / t["blocked"] / peak)
+
+
 def test_gpu_script_dry_run(tmp_path):
   r = run_script("gpu", "--tiny", "--rounds=1", tmp_path=tmp_path)
   assert r["peak"]["flops_per_sec"] > 0
