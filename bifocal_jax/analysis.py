@@ -36,16 +36,21 @@ from __future__ import annotations
 import math
 import os
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
 from absl import logging
 
 from bifocal_jax import checkpoint as checkpoint_lib
 
 TWO_PI = 2.0 * math.pi
+
+
+def pyplot():
+  """`matplotlib.pyplot` on the file backend (Agg), imported on first use:
+  it costs every `train.py` process ~0.4 s of start-up, and training never plots."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  return plt
 
 
 def load_trajectory(workdir: str, *, step: int | None = None,
@@ -285,7 +290,7 @@ def _check_trajectory(steps, frequencies):
 def _save(fig, path: str) -> str:
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(path, dpi=110, bbox_inches="tight")
-  plt.close(fig)
+  pyplot().close(fig)
   return path
 
 
@@ -294,6 +299,7 @@ def plot_trajectory(steps, frequencies, path: str) -> str:
   and head; the geometric start of each is marked. Returns `path` (a PNG)."""
   steps, frequencies = _check_trajectory(steps, frequencies)
   _, layers, heads, pairs = frequencies.shape
+  plt = pyplot()
   fig, axes = plt.subplots(layers, heads, figsize=(3.2 * heads + 1, 2.6 * layers + 0.5),
                            squeeze=False, sharex=True, sharey=True)
   colors = plt.cm.viridis(np.linspace(0, 1, pairs))
@@ -324,6 +330,7 @@ def plot_spectrum(final, geometric, path: str) -> str:
   if final.ndim != 3 or final.size == 0 or final.shape[-1] != geometric.size:
     raise ValueError(
         f"final must be [layers, heads, pairs={geometric.size}], got shape {final.shape}")
+  plt = pyplot()
   fig, ax = plt.subplots(figsize=(6.5, 4))
   pairs = np.arange(geometric.size)
   ax.plot(pairs, geometric, "k--", marker="s", ms=4, label="geometric", zorder=3)
@@ -352,6 +359,7 @@ def plot_wavelengths(final, geometric, path: str) -> str:
   wave_final, wave_geometric = TWO_PI / final, TWO_PI / geometric
   both = np.concatenate([wave_final, wave_geometric])
   bins = np.geomspace(both.min() * 0.9, both.max() * 1.1, 30)
+  plt = pyplot()
   fig, ax = plt.subplots(figsize=(6.5, 4))
   ax.hist(wave_geometric, bins=bins, alpha=0.5, color="k", label="geometric",
           weights=np.full(wave_geometric.size, 1.0 / wave_geometric.size))

@@ -70,7 +70,7 @@ def compare(workdirs: Sequence[str], *, out: str | None = None,
 
 
 def _plot_compare(names: Sequence[str], runs: Sequence[dict], path: str) -> str:
-  plt = analysis.plt
+  plt = analysis.pyplot()
   fig, (ax_depth, ax_length) = plt.subplots(1, 2, figsize=(11, 4))
   for name, r in zip(names, runs):
     by_depth = evaluate_lib.pooled(r["splits"].values(), "by_depth")

@@ -779,7 +779,7 @@ def format_results(results: dict) -> str:
 
 def plot_che_curve(che_results: dict, path: str) -> str:
   """Accuracy against length of the CHE protocol's entry, and its score."""
-  plt = analysis.plt
+  plt = analysis.pyplot()
   lengths = sorted(int(k) for k in che_results["by_length"])
   fig, ax = plt.subplots(figsize=(6, 3.5))
   ax.plot(lengths, [che_results["by_length"][str(n)] for n in lengths], marker=".", ms=3)

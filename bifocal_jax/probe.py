@@ -541,7 +541,7 @@ def plot_report(report: dict, path: str) -> str:
   """One PNG: probe accuracy per layer (valid vs test_depth), and each head's
   mass on the matching bracket (per split, bars labelled by eye)."""
   from bifocal_jax import analysis  # pylint: disable=g-import-not-at-top
-  plt = analysis.plt
+  plt = analysis.pyplot()
   fig, (ax_probe, ax_heads, ax_distance) = plt.subplots(1, 3, figsize=(17, 4),
                                                         gridspec_kw=dict(width_ratios=(1, 1.3, 1)))
   x = np.arange(len(report["layers"]))

@@ -14,6 +14,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -665,6 +667,50 @@ def test_each_command_logs_its_duration_and_a_resumed_run_counts_every_segment(t
   (tmp_path / "eval.log").write_text(f"$ eval.py\n{ex.TOOK}2.0 s (exit status 0)\n")
   assert 2.5 <= ex.logged_seconds(str(tmp_path)) < 2.5 + 10  # both segments and the eval
   assert ex.logged_seconds(str(tmp_path / "missing")) == 0.0
+
+
+def test_core_slots_split_the_cpus_into_disjoint_consecutive_shares():
+  assert ex.core_slots(2, [0, 1]) == [frozenset({0}), frozenset({1})]
+  assert ex.core_slots(2, [4, 0, 1, 2, 3]) == [frozenset({0, 1, 2}), frozenset({3, 4})]
+  assert ex.core_slots(3, range(8)) == [frozenset({0, 1, 2}), frozenset({3, 4, 5}),
+                                        frozenset({6, 7})]
+  assert ex.core_slots(1, [0, 1]) == [None]  # one job: every CPU
+  assert ex.core_slots(3, [0, 1]) == [None] * 3  # more jobs than cores: no pinning
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity (macOS)")
+def test_a_pinned_command_runs_on_its_cores_only(tmp_path):
+  mine = sorted(os.sched_getaffinity(0))
+  code = "import os; print('CORES', sorted(os.sched_getaffinity(0)))"
+  with ex._Stop() as stop:
+    for cores, expected in ((frozenset(mine[:1]), mine[:1]), (None, mine)):
+      status, tail = ex._execute([sys.executable, "-c", code], str(tmp_path / "log"), stop, cores)
+      assert status == 0 and f"CORES {expected}" in tail, tail
+
+
+def test_concurrent_jobs_hold_disjoint_core_shares(tmp_path, monkeypatch):
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None,
+                   pin_cores=True)
+  runs = [ex.Run(TASK, "rope", seed) for seed in range(6)]
+  monkeypatch.setattr(ex, "core_slots", lambda jobs: [frozenset({k}) for k in range(jobs)])
+  lock, in_flight, seen, overlaps = threading.Lock(), [], [], []
+
+  def execute(unit, *args, cores=None, **kwargs):
+    with lock:
+      overlaps.extend(cores & c for c in in_flight if cores & c)
+      in_flight.append(cores)
+      seen.append(cores)
+    time.sleep(0.05)
+    with lock:
+      in_flight.remove(cores)
+    return "done"
+
+  monkeypatch.setattr(ex, "execute", execute)
+  monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
+  monkeypatch.setattr(sweep, "pending", lambda: runs)
+  monkeypatch.setattr(sweep, "budget", lambda task: 10)
+  assert set(sweep.run(jobs=2).values()) == {"done"}
+  assert not overlaps and set(seen) == {frozenset({0}), frozenset({1})}, (overlaps, seen)
 
 
 def test_summary_seconds_include_segments_of_earlier_sweeps(tmp_path, monkeypatch):
