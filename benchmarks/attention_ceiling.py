@@ -51,8 +51,8 @@ _OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
 
 
 def parts(heads: int, block: int, head_dim: int, blocks: int) -> dict:
-  """`{name: (fn, calls_per_pair)}`: the block pair's kernels, and the blocked
-  kernel over `blocks`^2 pairs (its time divides by that)."""
+  """`{name: fn}` to time, each warmed up: the block pair's three kernels, and
+  the blocked kernel over `blocks`^2 pairs (its time divides by that)."""
   keys = jax.random.split(jax.random.key(0), 3)
   q, k, v = (jax.random.normal(key, (1, heads, block, head_dim), jnp.float32) for key in keys)
   scores = jnp.einsum("bhqk,bhsk->bhqs", q, k)
@@ -94,7 +94,7 @@ def measure(heads: int, block: int, head_dim: int, blocks: int, peak: float, rep
   three = seconds["score_product"] + seconds["softmax_exponentials"] + seconds["value_product"]
   return dict(
       head_dim=head_dim, heads=heads, block=block, flops_per_pair=flops,
-      seconds={n: s for n, s in seconds.items()},
+      seconds=seconds,
       score_product=half / seconds["score_product"] / peak,
       value_product=half / seconds["value_product"] / peak,
       ceiling_without_softmax=flops / (seconds["score_product"] + seconds["value_product"]) / peak,
@@ -106,10 +106,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   head_dims = [int(d) for d in _HEAD_DIMS.value]
-  candidates = bench_util.peak_candidates(_PEAK_SCALE.value)
-  times = bench_util.interleave({n: fn for n, (fn, _) in candidates.items()},
-                                repeats=_REPEATS.value, calls=3)
-  peak = max(f / bench_util.median(times[n]["wall"]) for n, (_, f) in candidates.items())
+  peak = bench_util.measure_peak(_REPEATS.value, _PEAK_SCALE.value)
   rows = [
       measure(_HEADS.value, _BLOCK.value, d, _BLOCKS.value, peak, _REPEATS.value, _CALLS.value)
       for d in head_dims

@@ -1271,7 +1271,7 @@ _JOBS = flags.DEFINE_integer(
     "cores, Dyck runs took 114-125 s two at a time against 71-91 s one at a time (~1.4x the "
     "throughput).")
 _PIN_CORES = flags.DEFINE_bool(
-    "pin_cores", True, "With --jobs > 1, each job's runs on its own share of the CPUs "
+    "pin_cores", True, "With --jobs > 1, each job's commands run on its own share of the CPUs "
     "(`host.core_slots`: on 2 cores two pinned runs made ~15% more steps/s than unpinned); "
     "--nopin_cores: every run may use every CPU.")
 _LIMIT = flags.DEFINE_integer(

@@ -1,8 +1,8 @@
 """The host process: XLA:CPU's allocator, JAX's persistent compilation cache,
 and the CPUs of processes that run side by side (`core_slots`).
 
-Both are set up by the entry points (`train.py`, `eval.py`, the training
-benchmarks) before JAX starts; nothing here imports JAX.
+The first two are set up by the entry points (`train.py`, `eval.py`, the
+training benchmarks) before JAX starts; nothing here imports JAX.
 
 The allocator: keep XLA:CPU's per-step buffers instead of re-faulting them.
 

@@ -669,7 +669,8 @@ def test_each_command_logs_its_duration_and_a_resumed_run_counts_every_segment(t
   assert ex.logged_seconds(str(tmp_path / "missing")) == 0.0
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity (macOS)")
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity (not macOS) and two CPUs to tell a share from all")
 def test_a_pinned_command_runs_on_its_cores_only(tmp_path):
   mine = sorted(os.sched_getaffinity(0))
   code = "import os; print('CORES', sorted(os.sched_getaffinity(0)))"
