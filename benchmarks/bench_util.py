@@ -72,6 +72,14 @@ def peak_candidates(scale: float = 1.0, dtype=jnp.float32) -> dict[str, tuple[Ca
           for name, shape in PEAK_SHAPES.items()}
 
 
+def measure_peak(repeats: int, scale: float = 1.0) -> float:
+  """FLOP/s of the faster of the peak matmuls (`peak_candidates`; median over
+  interleaved repeats)."""
+  candidates = peak_candidates(scale)
+  times = interleave({n: fn for n, (fn, _) in candidates.items()}, repeats=repeats, calls=3)
+  return max(flops / median(times[n]["wall"]) for n, (_, flops) in candidates.items())
+
+
 def interleave(candidates: dict[str, Callable[[], object]], *, repeats: int,
                calls: dict[str, int] | int = 1) -> dict[str, dict[str, list[float]]]:
   """Seconds per call of each candidate, `repeats` times, interleaved.

@@ -97,6 +97,7 @@ from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # bifocal_jax, from a checkout
+from bifocal_jax import host  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax.tasks.external import published as published_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -897,36 +898,8 @@ class _Stop:
       signal.signal(s, handler)
 
 
-def core_slots(jobs: int, cores: Sequence[int] | None = None) -> list[frozenset[int] | None]:
-  """`jobs` disjoint shares of `cores` (default: the CPUs this process may
-  use), consecutive and as equal as they divide; `None` for each (no pinning)
-  with one job, more jobs than cores, or no `sched_setaffinity` (macOS).
-
-  Why pin: XLA:CPU sizes its thread pool to the CPUs a process may use, so
-  two runs on 2 cores each split their small matmuls over both cores and
-  contend for them. Pinned one core each (2026-12-03, this 2-core VM, two
-  600-step `listops_depth` runs of the cpu preset's model at once): 9.6 and
-  10.0 steps/s against 8.2 and 8.8 unpinned, start to end 68.6 s against
-  86.5 s. (A run's floats then differ in the last bits from an unpinned
-  run's: XLA splits reductions by thread.)"""
-  if cores is None:
-    if not hasattr(os, "sched_getaffinity"):
-      return [None] * jobs
-    cores = os.sched_getaffinity(0)
-  cores = sorted(cores)
-  if jobs <= 1 or jobs > len(cores):
-    return [None] * jobs
-  share, extra = divmod(len(cores), jobs)
-  slots, start = [], 0
-  for k in range(jobs):
-    end = start + share + (k < extra)
-    slots.append(frozenset(cores[start:end]))
-    start = end
-  return slots
-
-
 class _CoreSlots:
-  """The shares of `core_slots`, each held by one job at a time."""
+  """The shares of `host.core_slots`, each held by one job at a time."""
 
   def __init__(self, slots: Sequence[frozenset[int] | None]):
     self._free = collections.deque(slots)
@@ -1011,7 +984,7 @@ def execute(run: Run, out: str, budget: int, stop: _Stop, log: Callable[[str], N
             evaluate: bool = True, cores: frozenset[int] | None = None) -> str:
   """Trains (the source first, if any) and evaluates one run: "done", "failed"
   (with `failed.txt` in its workdir) or "stopped" (a signal). `cores`: its
-  commands run on these CPUs only (`core_slots`)."""
+  commands run on these CPUs only (`host.core_slots`)."""
   failed_path = os.path.join(run.workdir(out), FAILED_FILE)
   for stage, who, command in _stages(run, out, budget, evaluate=evaluate):
     os.makedirs(who.workdir(out), exist_ok=True)
@@ -1097,7 +1070,7 @@ class Sweep:
   (and calibration runs) of shard i of N (`shard_of`), so that N machines
   sharing `results_dir` (or committing into one repository) split the sweep.
   `pin_cores`: with several jobs, each job's commands run on its own share of
-  the CPUs (`core_slots`)."""
+  the CPUs (`host.core_slots`)."""
 
   def __init__(self, preset: Preset, out: str, results_dir: str, *,
                log: Callable[[str], None] = print,
@@ -1108,7 +1081,7 @@ class Sweep:
     self.shard, self.pin_cores = shard, pin_cores
 
   def _slots(self, jobs: int) -> _CoreSlots:
-    return _CoreSlots(core_slots(jobs) if self.pin_cores else [None] * jobs)
+    return _CoreSlots(host.core_slots(jobs) if self.pin_cores else [None] * jobs)
 
   def mine(self, run: Run) -> bool:
     """Whether `run` is in this sweep's shard (every run is, unsharded)."""
@@ -1298,8 +1271,8 @@ _JOBS = flags.DEFINE_integer(
     "cores, Dyck runs took 114-125 s two at a time against 71-91 s one at a time (~1.4x the "
     "throughput).")
 _PIN_CORES = flags.DEFINE_bool(
-    "pin_cores", True, "With --jobs > 1, each job's runs on its own share of the CPUs "
-    "(`core_slots`: on 2 cores two pinned runs made ~15% more steps/s than unpinned); "
+    "pin_cores", True, "With --jobs > 1, each job's commands run on its own share of the CPUs "
+    "(`host.core_slots`: on 2 cores two pinned runs made ~15% more steps/s than unpinned); "
     "--nopin_cores: every run may use every CPU.")
 _LIMIT = flags.DEFINE_integer(
     "limit", None, "Run at most this many runs (a population counts as one), then report.")

@@ -118,14 +118,6 @@ def run_lengths(lengths, config_path: str, kind: str, runs: int,
   return rows, baseline_rows
 
 
-def measure_peak(repeats: int) -> float:
-  """FLOP/s of the faster of the peak matmuls (median over interleaved repeats)."""
-  candidates = bench_util.peak_candidates()
-  times = bench_util.interleave({n: fn for n, (fn, _) in candidates.items()}, repeats=repeats,
-                                calls=3)
-  return max(flops / bench_util.median(times[n]["wall"]) for n, (_, flops) in candidates.items())
-
-
 def growth_per_token(rows: list[dict]) -> float:
   """Least-squares slope of RSS growth (MB) against length, over the rows."""
   lengths = np.array([r["length"] for r in rows], float)
@@ -140,10 +132,10 @@ def main(argv):
                                      _ATTEND.value)))
     return
   machine = bench_util.machine()
-  peaks = [measure_peak(_PEAK_REPEATS.value)]
+  peaks = [bench_util.measure_peak(_PEAK_REPEATS.value)]
   rows, baseline_rows = run_lengths([int(n) for n in _LENGTHS.value], _CONFIG.value, _KIND.value,
                                     _RUNS.value, _BASELINE.value)
-  peaks.append(measure_peak(_PEAK_REPEATS.value))
+  peaks.append(bench_util.measure_peak(_PEAK_REPEATS.value))
   peak = max(peaks)
   for row in rows + baseline_rows:
     row["peak_fraction"] = row["attention_flops"] / row["seconds"] / peak

@@ -112,6 +112,11 @@ def dyck_config(name: str):
   return c
 
 
+def config_buckets(c, task) -> tuple[int, ...]:
+  """The config's length buckets (train.py's default, powers of two, when it names none)."""
+  return tuple(c.buckets) or pipeline.length_buckets(task.max_sequence_length("train"))
+
+
 def timed_compile(jitted, *args):
   """(compiled executable, seconds to trace, lower and compile)."""
   start = time.perf_counter()
@@ -147,7 +152,7 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
                  kinds: tuple[str, ...] = (), baseline: bool = False) -> dict:
   base = dyck_config(name)
   task = tasks.get_task(base.task)
-  buckets = tuple(base.buckets) or pipeline.length_buckets(task.max_sequence_length("train"))
+  buckets = config_buckets(base, task)
   width = buckets[-1]
   mesh = sharding.make_mesh(base.mesh)
   # One batch at the longest bucket: every candidate steps on the same shape.

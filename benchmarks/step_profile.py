@@ -1,7 +1,7 @@
 r"""Where the train step's time goes: a `jax.profiler` trace, per XLA op and source file.
 
   python benchmarks/step_profile.py --out=benchmarks/results/step_profile.json
-  python benchmarks/step_profile.py --profile_configs=protocol80 --kinds=bifocal --traced_steps=3
+  python benchmarks/step_profile.py --profile_configs=protocol80 --profile_kinds=bifocal --traced_steps=3
 
 For each config (`step_benchmark.py`'s names; default the 5-layer protocol
 model at lengths 40 and 80) and `position.kind`: the project's train step is
@@ -44,7 +44,8 @@ import step_benchmark
 # (`--out` is step_benchmark's flag, shared.)
 _CONFIGS = flags.DEFINE_list("profile_configs", ["protocol40", "protocol80"],
                              "step_benchmark.py's config names.")
-_KINDS = flags.DEFINE_list("kinds", ["bifocal", "rope"], "position.kind values.")
+# Not --kinds: step_benchmark (imported for its configs) defines that flag.
+_KINDS = flags.DEFINE_list("profile_kinds", ["bifocal", "rope"], "position.kind values.")
 _STEPS = flags.DEFINE_integer("traced_steps", 5, "Traced steps.", lower_bound=1)
 _TOP = flags.DEFINE_integer("top", 12, "Ops listed per run.")
 _INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = .*?metadata=\{([^}]*)\}")
@@ -121,7 +122,7 @@ def profile(name: str, kind: str, steps: int, top: int) -> dict:
   c = step_benchmark.dyck_config(name)
   c.position.kind = kind
   task = tasks.get_task(c.task)
-  width = tuple(c.buckets)[-1]
+  width = step_benchmark.config_buckets(c, task)[-1]
   mesh = sharding.make_mesh(c.mesh)
   with jax.set_mesh(mesh):
     batch = steps_lib.to_global_batch(next(iter(pipeline.train_dataset(

@@ -1,7 +1,8 @@
-"""The host process: XLA:CPU's allocator and JAX's persistent compilation cache.
+"""The host process: XLA:CPU's allocator, JAX's persistent compilation cache,
+and the CPUs of processes that run side by side (`core_slots`).
 
-Both are set up by the entry points (`train.py`, `eval.py`, the training
-benchmarks) before JAX starts; nothing here imports JAX.
+The first two are set up by the entry points (`train.py`, `eval.py`, the
+training benchmarks) before JAX starts; nothing here imports JAX.
 
 The allocator: keep XLA:CPU's per-step buffers instead of re-faulting them.
 
@@ -41,6 +42,7 @@ import importlib.util
 import os
 import platform
 import sys
+from collections.abc import Iterable
 
 GLIBC_TUNABLES = ("glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:"
                   "glibc.malloc.trim_threshold=1073741824:glibc.malloc.hugetlb=1")
@@ -113,3 +115,35 @@ def use_compilation_cache() -> str | None:
 def _can_evict() -> bool:
   """Whether JAX can bound the cache (it raises at the first write without filelock)."""
   return importlib.util.find_spec("filelock") is not None
+
+
+def core_slots(jobs: int, cores: Iterable[int] | None = None) -> list[frozenset[int] | None]:
+  """`jobs` disjoint shares of `cores` (default: the CPUs this process may
+  use), consecutive and as equal as they divide, for `os.sched_setaffinity`;
+  `None` for each (no pinning) with one job, more jobs than cores, or no
+  `sched_setaffinity` (macOS). The sweep's `--jobs` run each on its own share.
+
+  Why pin: XLA:CPU sizes its thread pool to the CPUs a process may use, so
+  two processes on 2 cores each split their small matmuls over both cores and
+  contend for them. Pinned one core each (2026-12-03, this 2-core VM, two
+  600-step `listops_depth` runs of the cpu preset's model at once): 9.6 and
+  10.0 steps/s against 8.2 and 8.8 unpinned, start to end 68.6 s against
+  86.5 s. (A run's floats then differ in the last bits from an unpinned
+  run's: XLA splits reductions by thread.) Not for the test suite: its two
+  pytest-xdist workers pinned one core each took 13:56 (quiet, 2026-12-03
+  09:36 UTC) where unpinned they took 11:38 earlier that day (its tests wait
+  on subprocesses, and an idle worker's core then helps the other)."""
+  if cores is None:
+    if not hasattr(os, "sched_getaffinity"):
+      return [None] * jobs
+    cores = os.sched_getaffinity(0)
+  cores = sorted(cores)
+  if jobs <= 1 or jobs > len(cores):
+    return [None] * jobs
+  share, extra = divmod(len(cores), jobs)
+  slots, start = [], 0
+  for k in range(jobs):
+    end = start + share + (k < extra)
+    slots.append(frozenset(cores[start:end]))
+    start = end
+  return slots

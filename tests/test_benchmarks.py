@@ -36,6 +36,15 @@ def test_step_benchmark(tmp_path):
   assert r["pipeline_over_step"] > 0 and r["steps"]["bifocal"]["compile_seconds"] > 0
 
 
+def test_step_profile_attributes_the_steps_ops_to_their_source(tmp_path):
+  (r,) = run_script("step_profile", "--profile_configs=smoke", "--profile_kinds=relative",
+                    "--traced_steps=1", "--top=3", tmp_path=tmp_path)["results"]
+  assert r["kind"] == "relative" and r["op_seconds_per_step"] > 0
+  assert sum(r["by_source"].values()) == pytest.approx(1.0)
+  assert any(source.startswith("positions/relative.py") for source in r["by_source"])
+  assert len(r["top_ops"]) == 3
+
+
 def test_reference_trainer_with_its_stand_in(tmp_path):
   # CI has no checkout of their code: the Haiku stand-in runs, labelled as such.
   cache = tmp_path / "cache"
@@ -133,6 +142,20 @@ def test_long_eval(tmp_path):
     assert row["tokens_per_sec"] == pytest.approx(row["length"] / row["seconds"])
     assert 0 < row["peak_fraction"] == pytest.approx(
         row["attention_flops"] / row["seconds"] / r["peak_flops_per_sec"])
+
+
+def test_attention_ceiling(tmp_path):
+  r = run_script("attention_ceiling", "--block=32", "--blocks=2", "--head_dims=8,16",
+                 "--repeats=1", "--calls=2", "--peak_scale=0.05", tmp_path=tmp_path)
+  peak = r["peak_flops_per_sec"]
+  assert peak > 0 and [row["head_dim"] for row in r["rows"]] == [8, 16]
+  for row in r["rows"]:
+    t = row["seconds"]
+    assert all(v > 0 for v in t.values()) and row["flops_per_pair"] == 4 * 4 * 32**2 * row["head_dim"]
+    parts = t["score_product"] + t["softmax_exponentials"] + t["value_product"]
+    assert row["ceiling"] == pytest.approx(row["flops_per_pair"] / parts / peak)
+    assert row["ceiling"] < row["ceiling_without_softmax"]  # the exponentials cost time
+    assert row["blocked"] == pytest.approx(row["flops_per_pair"] / t["blocked"] / peak)
 
 
 def test_gpu_script_dry_run(tmp_path):

@@ -65,6 +65,39 @@ def reference(q, k, u, v, w, rel_value):
   return out
 
 
+@pytest.mark.parametrize("queries, width, keys", [(5, 5, 5), (5, 6, 5), (4, 9, 6), (4, 10, 6),
+                                                 (1, 3, 3)])
+def test_relative_shift_reads_each_rows_distances(queries, width, keys):
+  # W = Q = S (a causal diagonal: padded first), with a spare column, the
+  # Q + S - 1 distances of a block, with a spare one, and one query.
+  x = np.random.default_rng(0).standard_normal((2, queries, width)).astype(np.float32)
+  y = np.asarray(relative.relative_shift(jnp.asarray(x), keys))
+  assert y.shape == (2, queries, keys)
+  for i in range(queries):
+    for j in range(keys):
+      if queries - 1 - i + j < width and (width > queries or j <= i):
+        assert y[:, i, j].tolist() == x[:, i, queries - 1 - i + j].tolist(), (i, j)
+
+
+@pytest.mark.parametrize("spare", [0, 1])
+def test_per_head_and_batched_position_products_agree(spare):
+  rng = np.random.default_rng(3)
+  q, k = (jnp.asarray(rng.standard_normal((B, H, L, K)), jnp.float32) for _ in range(2))
+  r = jnp.asarray(rng.standard_normal((2 * L - 1 + spare, H, K)), jnp.float32)
+  u, v = (jnp.asarray(rng.standard_normal((H, K)), jnp.float32) for _ in range(2))
+
+  def loss(per_head):
+    return lambda *a: jnp.sum(jnp.sin(relative.relative_logits(*a, per_head=per_head)))
+
+  for per_head in (True, False):
+    np.testing.assert_allclose(relative.relative_logits(q, k, r, u, v, per_head=per_head),
+                               relative.relative_logits(q, k, r[:2 * L - 1], u, v, per_head=True),
+                               rtol=1e-6, atol=1e-6)
+  grads = [jax.grad(loss(p), argnums=(0, 1, 2, 3, 4))(q, k, r, u, v) for p in (True, False)]
+  for a, b in zip(*grads):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_relative_equals_the_chomsky_benchmark():
   q, k = qk()
   theirs, params = their_logits(chomsky.compute_attention_with_relative_encodings, q, k)
