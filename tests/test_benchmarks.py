@@ -40,9 +40,10 @@ def test_step_profile_attributes_the_steps_ops_to_their_source(tmp_path):
   (r,) = run_script("step_profile", "--profile_configs=smoke", "--profile_kinds=relative",
                     "--traced_steps=1", "--top=3", tmp_path=tmp_path)["results"]
   assert r["kind"] == "relative" and r["op_seconds_per_step"] > 0
-  assert sum(r["by_source"].values()) == pytest.approx(1.0)
+  # The ops are traced back to the project function that made them.
   assert any(source.startswith("positions/relative.py") for source in r["by_source"])
-  assert len(r["top_ops"]) == 3
+  shares = [op["share"] for op in r["top_ops"]]
+  assert len(shares) == 3 and shares == sorted(shares, reverse=True)
 
 
 def test_reference_trainer_with_its_stand_in(tmp_path):

@@ -93,7 +93,9 @@ def relative_logits(q_BxHxQxK, k_BxHxSxK, r_WxHxK, u_HxK, v_HxK, *,
   # Scaled before the products, not after: no pass over [B, H, Q, S] for it.
   q_plus_v = (q_BxHxQxK.astype(jnp.float32) + v_HxK[:, None, :]) * scale
   content = jnp.einsum("hk,bhsk->bhs", u_HxK * scale, k_BxHxSxK.astype(jnp.float32))[:, :, None, :]
-  if jax.default_backend() == "cpu" if per_head is None else per_head:
+  if per_head is None:
+    per_head = jax.default_backend() == "cpu"
+  if per_head:
     # One plain [B Q, K] x [K, W] matmul and skew per head: the batched einsum
     # below makes XLA:CPU transpose its [B, H, Q, W] output to heads-major and
     # back (forward and backward). Per head, these logits' forward and backward
