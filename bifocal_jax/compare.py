@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from bifocal_jax import analysis
+from bifocal_jax import eval_report
 from bifocal_jax import evaluate as evaluate_lib
 
 
@@ -46,7 +47,7 @@ def compare(workdirs: Sequence[str], *, out: str | None = None,
   header = ["run", "position", "step", "CHE"] + split_names
   rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for name, r in zip(names, runs):
-    cells = [name, r["position_kind"], str(r["step"]), evaluate_lib.format_value(r["che_score"])]
+    cells = [name, r["position_kind"], str(r["step"]), eval_report.format_value(r["che_score"])]
     for split in split_names:
       s = r["splits"].get(split)
       if s is None:
@@ -73,14 +74,14 @@ def _plot_compare(names: Sequence[str], runs: Sequence[dict], path: str) -> str:
   plt = analysis.pyplot()
   fig, (ax_depth, ax_length) = plt.subplots(1, 2, figsize=(11, 4))
   for name, r in zip(names, runs):
-    by_depth = evaluate_lib.pooled(r["splits"].values(), "by_depth")
+    by_depth = eval_report.pooled(r["splits"].values(), "by_depth")
     depths = sorted(by_depth)
     ax_depth.plot(depths, [by_depth[d][0] / by_depth[d][1] for d in depths], marker="o", ms=3,
                   label=f"{name} ({r['position_kind']})")
-    by_length = evaluate_lib.pooled(r["splits"].values(), "by_length")
+    by_length = eval_report.pooled(r["splits"].values(), "by_length")
     if by_length:
       edges = np.unique(np.round(np.geomspace(1, 2 * max(by_length), 40))).tolist()
-      bins = evaluate_lib.binned(by_length, edges)
+      bins = eval_report.binned(by_length, edges)
       ax_length.plot([math.sqrt(lo * hi) for lo, hi, _ in bins], [a for _, _, a in bins],
                      marker="o", ms=3, label=name)
   ax_depth.set_xlabel("nesting depth")

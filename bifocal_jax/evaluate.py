@@ -10,10 +10,9 @@ restores a run's checkpoint (`load_run`; a population's members:
 `load_members`) and scores it on the task's held-out splits and/or on
 published Dyck files.
 
-Long strings (the published `k8_m20.test` reaches 5,133 tokens) are streamed:
-examples are sorted by length, padded to fine length buckets (<= 12.5% padding)
-and batched so that attention's `[B, heads, L, L]` float32 scores stay within
-`memory_budget` bytes (`batch_size_for_length`).
+Long strings (the published `k8_m20.test` reaches 5,133 tokens) are streamed
+in memory-bounded batches (`eval_batches`); the text tables and the CHE
+curve of a results file are `eval_report`'s.
 
 Results JSON, `DIR/eval/results.json` (or `--out`). Each evaluation updates
 the file: splits evaluated now replace those of the same name, and results of
@@ -60,7 +59,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -72,6 +70,8 @@ import numpy as np
 from bifocal_jax import analysis
 from bifocal_jax import checkpoint as checkpoint_lib
 from bifocal_jax import config as config_lib
+from bifocal_jax import eval_batches
+from bifocal_jax import eval_report
 from bifocal_jax import model as model_lib
 from bifocal_jax import population as population_lib
 from bifocal_jax import probe as probe_lib
@@ -85,84 +85,6 @@ from bifocal_jax.tasks import external
 from bifocal_jax.tasks import pipeline
 
 RESULTS_FILE = "results.json"
-DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes of attention scores per batch
-SCORE_BYTES = 4  # attention scores and softmax are float32
-
-# ----------------------------------------------------------------------------
-# Batching long strings within a memory budget.
-# ----------------------------------------------------------------------------
-
-
-def length_buckets(max_length: int = 1 << 20) -> tuple[int, ...]:
-  """Padded lengths: steps of 16 up to 128, then 8 per octave (<= 12.5% padding)."""
-  buckets = [16]
-  while buckets[-1] < max_length:
-    b = buckets[-1]
-    buckets.append(b + max(16, 1 << (b.bit_length() - 4)))
-  return tuple(buckets)
-
-
-def batch_size_for_length(length: int, *, num_heads: int, budget: int = DEFAULT_MEMORY_BUDGET,
-                          max_batch_size: int = 64, multiple: int = 1) -> int:
-  """Rows per batch keeping `[B, heads, L, L]` float32 scores within `budget` bytes.
-
-  At least one row; at most `max_batch_size`; rounded up to a multiple of
-  `multiple` (the devices the batch is split over).
-  """
-  if length < 1 or num_heads < 1 or budget < 1 or max_batch_size < 1 or multiple < 1:
-    raise ValueError(f"batch_size_for_length: length={length}, num_heads={num_heads}, "
-                     f"budget={budget}, max_batch_size={max_batch_size}, multiple={multiple} "
-                     "must all be >= 1")
-  rows = max(1, min(max_batch_size, budget // (num_heads * length * length * SCORE_BYTES)))
-  return -(-rows // multiple) * multiple
-
-
-def fitted_rows(rows: int, full: int, multiple: int = 1) -> int:
-  """Rows a batch of `rows` real rows is padded to: the smallest
-  `multiple * 2**k` that holds them, at most `full` (a multiple of `multiple`).
-
-  A width's last batch is usually partial (a checkpoint's subset of a
-  published file holds a few strings per length bucket); padding it to the
-  full batch computed up to 64 rows for 3. Powers of two keep the compiled
-  shapes per width to a handful.
-  """
-  fitted = multiple
-  while fitted < rows:
-    fitted *= 2
-  return min(fitted, full)
-
-
-def regroup(rows: Iterable[dict[str, np.ndarray]], batch_size_fn: Callable[[int], int], *,
-            multiple: int = 1) -> Iterator[dict[str, np.ndarray]]:
-  """Batches of consecutive rows of equal width, `batch_size_fn(width)` rows each.
-
-  `rows` (batches of one row, sorted by width) come from a length-sorted
-  reader; a width's last batch is padded with invalid rows to `fitted_rows`
-  (`multiple`: the devices a batch is split over).
-  """
-  group: list[dict[str, np.ndarray]] = []
-
-  def flush():
-    width = group[0]["inputs"].shape[1]
-    batch = {k: np.concatenate([r[k] for r in group]) for k in group[0]}
-    return base.pad_rows(batch, fitted_rows(len(group), batch_size_fn(width), multiple))
-
-  for row in rows:
-    if group and (row["inputs"].shape[1] != group[0]["inputs"].shape[1] or
-                  len(group) == batch_size_fn(group[0]["inputs"].shape[1])):
-      yield flush()
-      group = []
-    group.append(row)
-  if group:
-    yield flush()
-
-
-def dyck_file_batches(path: str, *, k: int, batch_size_fn: Callable[[int], int],
-                      multiple: int = 1) -> Iterator[dict[str, np.ndarray]]:
-  """A published Dyck file, sorted by length, in memory-bounded batches."""
-  rows = external.dyck_file_batches(path, batch_size=1, k=k, buckets=length_buckets())
-  return regroup(rows, batch_size_fn, multiple=multiple)
-
 
 # ----------------------------------------------------------------------------
 # Scoring.
@@ -307,7 +229,8 @@ class Evaluator:
   come back replicated.
   """
 
-  def __init__(self, setup: state_lib.Setup, *, memory_budget: int = DEFAULT_MEMORY_BUDGET,
+  def __init__(self, setup: state_lib.Setup, *,
+               memory_budget: int = eval_batches.DEFAULT_MEMORY_BUDGET,
                max_batch_size: int | None = None):
     self.setup = setup
     self.memory_budget = memory_budget
@@ -360,8 +283,9 @@ class Evaluator:
   def batch_size(self, width: int) -> int:
     """Global rows per batch of `width` tokens (`batch_size_for_length`)."""
     num_heads = model_lib.resolved_dims(self.setup.config.model)[1]
-    return batch_size_for_length(width, num_heads=num_heads, budget=self.memory_budget,
-                                 max_batch_size=self.max_batch_size, multiple=self.batch_multiple)
+    return eval_batches.batch_size_for_length(width, num_heads=num_heads, budget=self.memory_budget,
+                                              max_batch_size=self.max_batch_size,
+                                              multiple=self.batch_multiple)
 
   def split_batches(self, split: str, *,
                     num_examples: int | None = None) -> Iterator[dict[str, np.ndarray]]:
@@ -390,7 +314,7 @@ class Evaluator:
     per-length accuracies, `che_score` their mean, with its interval in `ci95`."""
     task = self.setup.task
     protocol.check(task)
-    widths = length_buckets()
+    widths = eval_batches.length_buckets()
 
     def batches():
       for n in protocol.lengths(task):
@@ -400,7 +324,8 @@ class Evaluator:
         for start in range(0, protocol.per_length, rows):
           indices = np.arange(start, min(start + rows, protocol.per_length))
           batch = task.batch(protocol.split, indices, width, length=n, unbounded=True)
-          yield base.pad_rows(batch, fitted_rows(len(indices), rows, self.batch_multiple))
+          yield base.pad_rows(batch,
+                              eval_batches.fitted_rows(len(indices), rows, self.batch_multiple))
 
     with jax.set_mesh(self.setup.mesh):
       results = score_batches(batches(), lambda batch: self.counts(params, batch))
@@ -415,8 +340,8 @@ class Evaluator:
                        f"task {task.name!r}")
     if not os.path.isfile(path):
       raise ValueError(f"dyck_file={path!r}: no such file")
-    batches = dyck_file_batches(path, k=task.k, batch_size_fn=self.batch_size,
-                                multiple=self.batch_multiple)
+    batches = eval_batches.dyck_file_batches(path, k=task.k, batch_size_fn=self.batch_size,
+                                             multiple=self.batch_multiple)
     with jax.set_mesh(self.setup.mesh):
       results = score_batches(batches, lambda batch: self.counts(params, batch))
     return dict(source=os.path.abspath(path), **results)
@@ -454,7 +379,8 @@ class Run:
 
 
 def load_run(workdir: str, *, step: int | None = None, member: int | None = None,
-             memory_budget: int = DEFAULT_MEMORY_BUDGET, max_batch_size: int | None = None) -> Run:
+             memory_budget: int = eval_batches.DEFAULT_MEMORY_BUDGET,
+             max_batch_size: int | None = None) -> Run:
   """Restores the latest checkpoint of `workdir` (or the one at `step`);
   of a population, member `member` (`load_members`).
 
@@ -482,7 +408,7 @@ def load_run(workdir: str, *, step: int | None = None, member: int | None = None
 
 
 def load_members(workdir: str, *, step: int | None = None, members: Sequence[int] | None = None,
-                 memory_budget: int = DEFAULT_MEMORY_BUDGET,
+                 memory_budget: int = eval_batches.DEFAULT_MEMORY_BUDGET,
                  max_batch_size: int | None = None) -> tuple[list[Run], dict[int, str]]:
   """`(runs, frozen)`: a population's members (default: all) as `Run`s sharing
   one compiled evaluation step, restored from one checkpoint; members that
@@ -593,7 +519,7 @@ def evaluate_steps(workdir: str, steps: Sequence[int], **options) -> dict[int, d
     if missing:
       raise ValueError(f"steps={missing}: no checkpoint at those steps in {workdir} "
                        f"(steps {ckpt.steps()})")
-  budget = options.get("memory_budget", DEFAULT_MEMORY_BUDGET)
+  budget = options.get("memory_budget", eval_batches.DEFAULT_MEMORY_BUDGET)
   run = load_run(workdir, step=steps[0], memory_budget=budget,
                  max_batch_size=options.get("max_batch_size"))
   results = {}
@@ -608,8 +534,9 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
              dyck_files: Sequence[str] = (), che: bool | None = None,
              che_protocol: CheProtocol = CheProtocol(), spectrum: bool = False, probe: bool = False,
              probe_examples: int = probe_lib.DEFAULT_EXAMPLES, out: str | None = None,
-             memory_budget: int = DEFAULT_MEMORY_BUDGET, max_batch_size: int | None = None,
-             data_dir: str | None = None, log: Callable[[str], None] = print) -> dict:
+             memory_budget: int = eval_batches.DEFAULT_MEMORY_BUDGET,
+             max_batch_size: int | None = None, data_dir: str | None = None,
+             log: Callable[[str], None] = print) -> dict:
   """Evaluates a run and writes (merges into) its results JSON; returns the results.
 
   `workdir`: a run directory (its checkpoint at `step`, default the latest, is
@@ -675,7 +602,8 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
     log(f"evaluated {path}")
   if che:
     results["splits"][CHE_RESULTS] = curve = evaluator.che_protocol(run.params, che)
-    curve["plot"] = plot_che_curve(curve, os.path.join(os.path.dirname(out), "che_curve.png"))
+    curve["plot"] = eval_report.plot_che_curve(curve,
+                                               os.path.join(os.path.dirname(out), "che_curve.png"))
     log(f"evaluated the CHE protocol: {len(che.lengths(task))} lengths of {che.split} x "
         f"{che.per_length} examples")
   results["che_score"], results["che_ci95"] = che_score(results["splits"])
@@ -695,103 +623,6 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
 
   os.makedirs(os.path.dirname(out), exist_ok=True)
   workdir_lib.write_json_atomically(out, results, indent=1, sort_keys=False, allow_nan=False)
-  log(format_results(results))
+  log(eval_report.format_results(results))
   log(f"wrote {out}")
   return results
-
-
-# ----------------------------------------------------------------------------
-# Tables and plots of one run's results (across runs: `compare.py`).
-# ----------------------------------------------------------------------------
-
-
-def pooled(split_results: Iterable[dict], field: str) -> dict[int, tuple[float, float]]:
-  """{key: (correct tokens, tokens)} of `by_length` or `by_depth`, pooled over splits."""
-  out: dict[int, tuple[float, float]] = {}
-  for r in split_results:
-    for key, n in r[f"{field}_tokens"].items():
-      c, t = out.get(int(key), (0.0, 0.0))
-      out[int(key)] = (c + r[field][key] * n, t + n)
-  return out
-
-
-def binned(counts: dict[int, tuple[float, float]],
-           edges: Sequence[float]) -> list[tuple[float, float, float]]:
-  """[(low, high, accuracy)] of the non-empty bins `[edges[i], edges[i+1])`."""
-  keys = np.array(sorted(counts))
-  out = []
-  for lo, hi in zip(edges[:-1], edges[1:]):
-    sel = keys[(keys >= lo) & (keys < hi)]
-    tokens = sum(counts[k][1] for k in sel)
-    if tokens:
-      out.append((lo, hi, sum(counts[k][0] for k in sel) / tokens))
-  return out
-
-
-def _octaves(counts) -> list[int]:
-  if not counts:
-    return [1, 2]
-  return [2**i for i in range(int(math.log2(max(counts))) + 2)]
-
-
-def format_value(v) -> str:
-  """An accuracy (or score) to 3 decimals; `-` for none."""
-  return "-" if v is None else f"{v:.3f}"
-
-
-def _fmt_ci(v, ci) -> str:
-  """`0.861+-0.011` (half the interval's width), or the value alone."""
-  if v is None or not ci or not all(np.isfinite(ci)):
-    return format_value(v)
-  return f"{v:.3f}+-{(ci[1] - ci[0]) / 2:.3f}"
-
-
-def format_results(results: dict) -> str:
-  """The results as text tables: per split, by depth, and by length (octaves)."""
-  lines = [
-      f"{results['workdir']}  step {results['step']}  task {results['task']}  "
-      f"position {results['position_kind']}  CHE {format_value(results['che_score'])}"
-  ]
-  splits = results["splits"]
-  if not splits:
-    return lines[0]
-  width = max(12, *(len(n) for n in splits))
-  metrics = ("token_accuracy", "sequence_accuracy", "close_accuracy", "close_sequence_accuracy",
-             "che_score")
-  lines.append(f"{'split':<{width}} {'examples':>8} " +
-               " ".join(f"{name:>11}" for name in ("token", "seq", "close", "close_seq", "che")))
-  for name, r in splits.items():
-    cells = [_fmt_ci(r.get(m), r.get("ci95", {}).get(m)) for m in metrics]
-    lines.append(f"{name:<{width}} {r['examples']:>8} " + " ".join(f"{c:>11}" for c in cells))
-  lines.append("(accuracy +- half the width of its 95% bootstrap interval over examples)")
-  for field, title in (("by_depth", "token accuracy by depth"), ("by_length",
-                                                                 "token accuracy by length")):
-    lines.append(title + ":")
-    for name, r in splits.items():
-      counts = pooled([r], field)
-      if field == "by_depth":
-        cells = [f"{k}:{c / t:.2f}" for k, (c, t) in sorted(counts.items())]
-      else:
-        cells = [f"{lo}-{hi - 1}:{a:.2f}" for lo, hi, a in binned(counts, _octaves(counts))]
-      lines.append(f"  {name:<{width}} " + " ".join(cells))
-  return "\n".join(lines)
-
-
-def plot_che_curve(che_results: dict, path: str) -> str:
-  """Accuracy against length of the CHE protocol's entry, and its score."""
-  plt = analysis.pyplot()
-  lengths = sorted(int(k) for k in che_results["by_length"])
-  fig, ax = plt.subplots(figsize=(6, 3.5))
-  ax.plot(lengths, [che_results["by_length"][str(n)] for n in lengths], marker=".", ms=3)
-  ax.axhline(che_results["che_score"], color="gray", lw=0.8, ls="--",
-             label=f"score {che_results['che_score']:.3f} (mean over lengths)")
-  ax.set_xlabel(f"length ({che_results['split']}, every {che_results['stride']}, "
-                f"{che_results['per_length']} examples each)")
-  ax.set_ylabel("token accuracy")
-  ax.set_ylim(-0.02, 1.02)
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=8)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  fig.savefig(path, dpi=100, bbox_inches="tight")
-  plt.close(fig)
-  return path

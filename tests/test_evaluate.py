@@ -13,6 +13,8 @@ import pytest
 
 from bifocal_jax import compare
 from bifocal_jax import config as config_lib
+from bifocal_jax import eval_batches
+from bifocal_jax import eval_report
 from bifocal_jax import evaluate
 from bifocal_jax import metrics
 from bifocal_jax import tasks
@@ -90,7 +92,7 @@ def test_results_schema(trained, evaluated):
   assert len(spectrum["heads"]) == spectrum["shape"][0] * spectrum["shape"][1] > 0
   for path in spectrum["plots"].values():
     assert os.path.getsize(path) > 5000
-  table = evaluate.format_results(r)
+  table = eval_report.format_results(r)
   assert "CHE" in table and f"{r['splits']['valid']['token_accuracy']:.3f}+-" in table
 
 
@@ -267,50 +269,6 @@ def test_cli(trained, tmp_path):
 # ----------------------------------------------------------------------------
 
 
-def test_length_buckets_and_batch_sizes():
-  buckets = np.array(evaluate.length_buckets(6000))
-  assert buckets[0] == 16 and buckets[-1] >= 6000 and np.all(np.diff(buckets) > 0)
-  assert np.all(buckets[1:][buckets[:-1] >= 128] / buckets[:-1][buckets[:-1] >= 128] <= 1.125)
-  budget = 1 << 30
-  for length in (100, 1000, 5133):
-    rows = evaluate.batch_size_for_length(length, num_heads=8, budget=budget, max_batch_size=64)
-    assert rows == 1 or rows * 8 * length**2 * 4 <= budget
-    assert rows == 64 or (rows + 1) * 8 * length**2 * 4 > budget
-  assert evaluate.batch_size_for_length(5133, num_heads=8, budget=budget) == 1
-  assert evaluate.batch_size_for_length(5133, num_heads=8, multiple=4) == 4
-  with pytest.raises(ValueError, match="num_heads=0"):
-    evaluate.batch_size_for_length(10, num_heads=0)
-
-
-def test_fitted_rows_pads_a_partial_batch_to_a_power_of_two_multiple():
-  assert [evaluate.fitted_rows(n, 64) for n in (1, 2, 3, 5, 33, 64)] == [1, 2, 4, 8, 64, 64]
-  assert [evaluate.fitted_rows(n, 48, multiple=4) for n in (1, 4, 5, 9, 17, 40)] == [
-      4, 4, 8, 16, 32, 48]
-  rows = [dict(inputs=np.zeros((1, w), np.int32), index=np.array([i]))
-          for i, w in enumerate([8] * 5 + [16] * 3)]
-  batches = list(evaluate.regroup(rows, lambda width: 4))
-  assert [(b["inputs"].shape, list(b["index"])) for b in batches] == [
-      ((4, 8), [0, 1, 2, 3]), ((1, 8), [4]), ((4, 16), [5, 6, 7, -1])]
-
-
-def test_published_file_streams_in_budget(published_dir):
-  budget, heads = 256 << 20, 4
-  path = os.path.join(published_dir, "k8_m20.test")
-  bs = lambda w: evaluate.batch_size_for_length(w, num_heads=heads, budget=budget)
-  seen, shapes = [], set()
-  for batch in evaluate.dyck_file_batches(path, k=8, batch_size_fn=bs):
-    rows, width = batch["inputs"].shape
-    shapes.add((rows, width))
-    real = int(np.sum(batch["index"] >= 0))
-    # full batches, and a width's last one padded only to the next power of two
-    assert rows == evaluate.fitted_rows(real, bs(width)) and real > rows // 2
-    assert np.all(batch["length"][batch["index"] >= 0] <= width)
-    assert np.all(batch["length"][batch["index"] >= 0] > width / 1.125 - 1)
-    seen.extend(batch["index"][batch["index"] >= 0].tolist())
-  assert sorted(seen) == list(range(310))
-  assert max(w for _, w in shapes) >= 5133 and len(shapes) <= 10
-
-
 def select_lines(path, low, high, limit):
   with open(path) as f:
     lines = [l for l in f if low <= len(l.split()) <= high]
@@ -324,8 +282,8 @@ def published_batches(tmp_path_factory, published_dir):
            + select_lines(os.path.join(published_dir, "k8_m20.test"), 2900, 3072, 4))
   path = tmp_path_factory.mktemp("published") / "sample.txt"
   path.write_text("".join(lines))
-  bs = lambda w: evaluate.batch_size_for_length(w, num_heads=4, max_batch_size=8)
-  return list(evaluate.dyck_file_batches(str(path), k=8, batch_size_fn=bs)), len(lines)
+  bs = lambda w: eval_batches.batch_size_for_length(w, num_heads=4, max_batch_size=8)
+  return list(eval_batches.dyck_file_batches(str(path), k=8, batch_size_fn=bs)), len(lines)
 
 
 CLOSE_IDS = tuple(range(9, 17))
