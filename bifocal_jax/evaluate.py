@@ -1,4 +1,4 @@
-"""Evaluation of trained runs: held-out splits, the published Dyck data, results tables.
+"""Evaluation of trained runs: held-out splits and the published Dyck data.
 
 `Evaluator` is the one definition of evaluation: the training loop's periodic
 evaluation, `evaluate(workdir)` (and `eval.py`, flag parsing around it) and
@@ -11,7 +11,7 @@ restores a run's checkpoint (`load_run`; a population's members:
 published Dyck files.
 
 Long strings (the published `k8_m20.test` reaches 5,133 tokens) are streamed
-in memory-bounded batches (`eval_batches`); the text tables and the CHE
+in memory-bounded batches (`budget_batches`); the text tables and the CHE
 curve of a results file are `eval_report`'s.
 
 Results JSON, `DIR/eval/results.json` (or `--out`). Each evaluation updates
@@ -70,7 +70,7 @@ import numpy as np
 from bifocal_jax import analysis
 from bifocal_jax import checkpoint as checkpoint_lib
 from bifocal_jax import config as config_lib
-from bifocal_jax import eval_batches
+from bifocal_jax import budget_batches
 from bifocal_jax import eval_report
 from bifocal_jax import model as model_lib
 from bifocal_jax import population as population_lib
@@ -230,7 +230,7 @@ class Evaluator:
   """
 
   def __init__(self, setup: state_lib.Setup, *,
-               memory_budget: int = eval_batches.DEFAULT_MEMORY_BUDGET,
+               memory_budget: int = budget_batches.DEFAULT_MEMORY_BUDGET,
                max_batch_size: int | None = None):
     self.setup = setup
     self.memory_budget = memory_budget
@@ -283,9 +283,10 @@ class Evaluator:
   def batch_size(self, width: int) -> int:
     """Global rows per batch of `width` tokens (`batch_size_for_length`)."""
     num_heads = model_lib.resolved_dims(self.setup.config.model)[1]
-    return eval_batches.batch_size_for_length(width, num_heads=num_heads, budget=self.memory_budget,
-                                              max_batch_size=self.max_batch_size,
-                                              multiple=self.batch_multiple)
+    return budget_batches.batch_size_for_length(width, num_heads=num_heads,
+                                                budget=self.memory_budget,
+                                                max_batch_size=self.max_batch_size,
+                                                multiple=self.batch_multiple)
 
   def split_batches(self, split: str, *,
                     num_examples: int | None = None) -> Iterator[dict[str, np.ndarray]]:
@@ -314,7 +315,7 @@ class Evaluator:
     per-length accuracies, `che_score` their mean, with its interval in `ci95`."""
     task = self.setup.task
     protocol.check(task)
-    widths = eval_batches.length_buckets()
+    widths = budget_batches.length_buckets()
 
     def batches():
       for n in protocol.lengths(task):
@@ -325,7 +326,7 @@ class Evaluator:
           indices = np.arange(start, min(start + rows, protocol.per_length))
           batch = task.batch(protocol.split, indices, width, length=n, unbounded=True)
           yield base.pad_rows(batch,
-                              eval_batches.fitted_rows(len(indices), rows, self.batch_multiple))
+                              budget_batches.fitted_rows(len(indices), rows, self.batch_multiple))
 
     with jax.set_mesh(self.setup.mesh):
       results = score_batches(batches(), lambda batch: self.counts(params, batch))
@@ -340,8 +341,8 @@ class Evaluator:
                        f"task {task.name!r}")
     if not os.path.isfile(path):
       raise ValueError(f"dyck_file={path!r}: no such file")
-    batches = eval_batches.dyck_file_batches(path, k=task.k, batch_size_fn=self.batch_size,
-                                             multiple=self.batch_multiple)
+    batches = budget_batches.dyck_file_batches(path, k=task.k, batch_size_fn=self.batch_size,
+                                               multiple=self.batch_multiple)
     with jax.set_mesh(self.setup.mesh):
       results = score_batches(batches, lambda batch: self.counts(params, batch))
     return dict(source=os.path.abspath(path), **results)
@@ -379,7 +380,7 @@ class Run:
 
 
 def load_run(workdir: str, *, step: int | None = None, member: int | None = None,
-             memory_budget: int = eval_batches.DEFAULT_MEMORY_BUDGET,
+             memory_budget: int = budget_batches.DEFAULT_MEMORY_BUDGET,
              max_batch_size: int | None = None) -> Run:
   """Restores the latest checkpoint of `workdir` (or the one at `step`);
   of a population, member `member` (`load_members`).
@@ -408,7 +409,7 @@ def load_run(workdir: str, *, step: int | None = None, member: int | None = None
 
 
 def load_members(workdir: str, *, step: int | None = None, members: Sequence[int] | None = None,
-                 memory_budget: int = eval_batches.DEFAULT_MEMORY_BUDGET,
+                 memory_budget: int = budget_batches.DEFAULT_MEMORY_BUDGET,
                  max_batch_size: int | None = None) -> tuple[list[Run], dict[int, str]]:
   """`(runs, frozen)`: a population's members (default: all) as `Run`s sharing
   one compiled evaluation step, restored from one checkpoint; members that
@@ -519,7 +520,7 @@ def evaluate_steps(workdir: str, steps: Sequence[int], **options) -> dict[int, d
     if missing:
       raise ValueError(f"steps={missing}: no checkpoint at those steps in {workdir} "
                        f"(steps {ckpt.steps()})")
-  budget = options.get("memory_budget", eval_batches.DEFAULT_MEMORY_BUDGET)
+  budget = options.get("memory_budget", budget_batches.DEFAULT_MEMORY_BUDGET)
   run = load_run(workdir, step=steps[0], memory_budget=budget,
                  max_batch_size=options.get("max_batch_size"))
   results = {}
@@ -534,7 +535,7 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
              dyck_files: Sequence[str] = (), che: bool | None = None,
              che_protocol: CheProtocol = CheProtocol(), spectrum: bool = False, probe: bool = False,
              probe_examples: int = probe_lib.DEFAULT_EXAMPLES, out: str | None = None,
-             memory_budget: int = eval_batches.DEFAULT_MEMORY_BUDGET,
+             memory_budget: int = budget_batches.DEFAULT_MEMORY_BUDGET,
              max_batch_size: int | None = None, data_dir: str | None = None,
              log: Callable[[str], None] = print) -> dict:
   """Evaluates a run and writes (merges into) its results JSON; returns the results.

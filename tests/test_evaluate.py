@@ -1,5 +1,6 @@
 """Evaluation: a tiny trained run, the results schema, the published-data path,
-memory-bounded streaming of long strings, comparisons and the CLI."""
+a 5,000-token string in bounded memory, comparisons and the CLI (the batching
+itself: `test_budget_batches.py`)."""
 
 import json
 import os
@@ -13,7 +14,7 @@ import pytest
 
 from bifocal_jax import compare
 from bifocal_jax import config as config_lib
-from bifocal_jax import eval_batches
+from bifocal_jax import budget_batches
 from bifocal_jax import eval_report
 from bifocal_jax import evaluate
 from bifocal_jax import metrics
@@ -265,7 +266,7 @@ def test_cli(trained, tmp_path):
 
 
 # ----------------------------------------------------------------------------
-# The published-data path: streaming, oracle and chance predictors.
+# The published-data path: oracle and chance predictors.
 # ----------------------------------------------------------------------------
 
 
@@ -282,8 +283,8 @@ def published_batches(tmp_path_factory, published_dir):
            + select_lines(os.path.join(published_dir, "k8_m20.test"), 2900, 3072, 4))
   path = tmp_path_factory.mktemp("published") / "sample.txt"
   path.write_text("".join(lines))
-  bs = lambda w: eval_batches.batch_size_for_length(w, num_heads=4, max_batch_size=8)
-  return list(eval_batches.dyck_file_batches(str(path), k=8, batch_size_fn=bs)), len(lines)
+  bs = lambda w: budget_batches.batch_size_for_length(w, num_heads=4, max_batch_size=8)
+  return list(budget_batches.dyck_file_batches(str(path), k=8, batch_size_fn=bs)), len(lines)
 
 
 CLOSE_IDS = tuple(range(9, 17))

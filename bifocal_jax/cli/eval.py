@@ -77,7 +77,7 @@ _OUT = flags.DEFINE_string(
     "the markdown path.")
 _MEMORY_BUDGET_MB = flags.DEFINE_integer(
     "memory_budget_mb", None,
-    "Attention-score memory per batch (MiB; default 1024, `eval_batches.DEFAULT_MEMORY_BUDGET`): "
+    "Attention-score memory per batch (MiB; default 1024, `budget_batches.DEFAULT_MEMORY_BUDGET`): "
     "sets the batch size of long strings.")
 _MEMBER = flags.DEFINE_string("member", None,
                               "A population's member to evaluate: its index, or 'all'.")
@@ -87,7 +87,7 @@ _BATCH_SIZE = flags.DEFINE_integer("batch_size", None,
 
 def main(argv):
   from bifocal_jax import compare  # pylint: disable=g-import-not-at-top
-  from bifocal_jax import eval_batches  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import budget_batches  # pylint: disable=g-import-not-at-top
   from bifocal_jax import evaluate  # pylint: disable=g-import-not-at-top
   launch.quiet_library_logs()
   extra = argv[1:]
@@ -104,7 +104,7 @@ def main(argv):
       spectrum=_SPECTRUM.value, probe=_PROBE.value, probe_examples=_PROBE_EXAMPLES.value,
       che=_CHE.value, che_protocol=evaluate.CheProtocol(stride=_CHE_STRIDE.value,
                                                         per_length=_CHE_PER_LENGTH.value),
-      memory_budget=(eval_batches.DEFAULT_MEMORY_BUDGET
+      memory_budget=(budget_batches.DEFAULT_MEMORY_BUDGET
                      if _MEMORY_BUDGET_MB.value is None else _MEMORY_BUDGET_MB.value << 20),
       max_batch_size=_BATCH_SIZE.value, data_dir=_DATA_DIR.value)
   if _STEPS.value is not None:

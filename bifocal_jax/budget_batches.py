@@ -1,11 +1,12 @@
-"""Memory-bounded batches of long strings, for evaluation.
+"""Batches of long strings within a memory budget, for evaluation.
 
 The published `k8_m20.test` reaches 5,133 tokens. Its strings are sorted by
 length, padded to fine length buckets (`length_buckets`: <= 12.5% padding) and
 batched so that attention's `[B, heads, L, L]` float32 scores stay within a
 memory budget (`batch_size_for_length`); a width's last, partial batch is
 padded to a power of two (`fitted_rows`) rather than the full batch.
-(Training buckets are `pipeline.length_buckets`: powers of two.)
+(Training buckets are `pipeline.length_buckets`: powers of two; a task
+split's batches are `pipeline.eval_batches`.)
 """
 
 from __future__ import annotations
