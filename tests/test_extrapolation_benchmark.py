@@ -488,6 +488,28 @@ def test_report_intervals_paired_verdicts_and_plots(tmp_path):
   assert os.path.getsize(os.path.join(results, "plots", "extrapolation_odds_first.png")) > 5000
 
 
+def test_report_reads_the_protocol_in_closing_bracket_accuracy_too(tmp_path):
+  """Dyck-like summaries (with `close_accuracy`): the protocol's paired table
+  comes twice, token accuracy (loss first) and closing-bracket accuracy."""
+  results = str(tmp_path)
+  summaries = []
+  for seed in range(3):
+    for group, arm, token, close in (("bifocal_heads", "surgery", 0.80, 0.70 + 0.01 * seed),
+                                     ("rope", "continue", 0.80, 0.60)):
+      s = _summary(group, seed, arm, valid=0.9, test_length=token)
+      s["splits"]["valid"]["close_accuracy"] = 0.9
+      s["splits"]["test_length"]["close_accuracy"] = close
+      summaries.append(s)
+  _write(results, summaries)
+  markdown = report_lib.report(PRESET, results)
+  token, close = _rows(markdown, "bifocal_heads (surgery) - rope (continue)")
+  assert token[1] == "3" and token[4] == "+0.000 [+0.000, +0.000]"  # loss, valid, test_length
+  assert len(close) == 4 and close[2] == "+0.000 [+0.000, +0.000]"  # valid, test_length
+  assert close[3].startswith("**+0.110 [")
+  assert (markdown.index("The paper's protocol:") < markdown.index("| bifocal_heads (surgery) -")
+          < markdown.index("The same, closing-bracket accuracy:"))
+
+
 def test_report_leaderboards_rank_the_kinds_and_count_the_seeds_at_the_target(tmp_path):
   results = str(tmp_path)
   rope = [0.50, 0.60, 0.55]
