@@ -132,11 +132,16 @@ def paired_table(groups: dict, splits: list[str], metric: str,
   return _markdown(rows) if len(rows) > 2 else ""
 
 
+def _scratch_first(groups: dict) -> list:
+  """The cells, the scratch arm's first (as the accuracy tables order them)."""
+  return sorted(groups.items(), key=lambda item: item[0][0] != "scratch")
+
+
 def spectrum_table(groups: dict) -> str:
   header = ["position (arm)", "seeds", "mean abs log drift", "harmonic score (learned)",
             "explained (learned)", "harmonic score (geometric start)"]
   rows = [header, ["---"] * len(header)]
-  for (arm, group), runs in groups.items():
+  for (arm, group), runs in _scratch_first(groups):
     spectra = [s["spectrum"] for s in runs.values() if s.get("spectrum")]
     if not spectra:
       continue
@@ -155,7 +160,7 @@ def probe_table(groups: dict) -> str:
             "test_depth, unseen depths", "matching-bracket mass on test_depth, by eye",
             "uniform head"]
   rows = [header, ["---"] * len(header)]
-  for (arm, group), runs in groups.items():
+  for (arm, group), runs in _scratch_first(groups):
     probes = [s["probe"] for s in runs.values() if s.get("probe")]
     if not probes:
       continue

@@ -510,6 +510,33 @@ def test_report_reads_the_protocol_in_closing_bracket_accuracy_too(tmp_path):
           < markdown.index("The same, closing-bracket accuracy:"))
 
 
+def test_report_probe_table_means_per_cell_scratch_arms_first(tmp_path):
+  results = str(tmp_path)
+  summaries = []
+  for group, arm, depth, eyes in (("rope", "continue", 0.3, {"geometric": 0.02}),
+                                  ("rope", "scratch", 0.2, {"geometric": 0.04}),
+                                  ("bifocal_heads", "surgery", 0.4,
+                                   {"geometric": 0.01, "spectral": 0.03})):
+    for seed in range(2):
+      s = _summary(group, seed, arm, valid=0.9)
+      s["probe"] = dict(
+          depth={"valid": dict(accuracy=[0.5, 0.9]),
+                 "test_depth": dict(accuracy=[0.1, depth + 0.1 * seed],
+                                    unseen_accuracy=[0.0, None])},
+          by_eye={"test_depth": dict(match_mass=eyes)}, uniform_mass={"test_depth": 0.05})
+      summaries.append(s)
+  _write(results, summaries)
+  markdown = report_lib.report(PRESET, results)
+  table = markdown.split("Mechanism probes", 1)[1]
+  rows = [row for row in _rows(table, "") if row[0].endswith(")")][1:4]
+  assert [row[0] for row in rows] == ["rope (scratch)", "rope (continue)",
+                                      "bifocal_heads (surgery)"]
+  assert rows[0][1] == "2" and rows[0][2] == "0.900 [0.900, 0.900]"
+  assert rows[0][3].startswith("0.250 [") and rows[2][3].startswith("0.450 [")
+  assert rows[0][4] == "-"  # no seed had an unseen depth
+  assert rows[2][5] == "geometric 0.010, spectral 0.030" and rows[2][6] == "0.050"
+
+
 def test_report_leaderboards_rank_the_kinds_and_count_the_seeds_at_the_target(tmp_path):
   results = str(tmp_path)
   rope = [0.50, 0.60, 0.55]
