@@ -14,7 +14,9 @@ of 240..255 tokens, padded to 256); `protocol40` and `protocol80` are the
 converged sweep's 5-layer model (width 64, 8 heads, batch 128; the
 `configs/_chomsky.py:paper` sizes) on Dyck strings padded to 40 and 80
 tokens; `smoke` is tiny. `--baseline` adds `bifocal_baseline`: the bifocal
-step traced with the attention kernel before issue #33 (`baseline_attention.py`).
+step traced with the attention kernel before issue #33 (`baseline_attention.py`);
+`--baseline_layer_norm` adds `bifocal_autodiff_layer_norm`: the bifocal step
+with LayerNorm's backward left to autodiff (`baseline_layer_norm.py`).
 
 For each config, in one process and interleaved (A, B, C, ... repeated; the
 medians and median ratios are reported, with wall and CPU time):
@@ -42,6 +44,7 @@ from bifocal_jax import host
 host.use_tuned_allocator()  # before JAX starts: see bifocal_jax/host.py
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
+import contextlib
 import os
 import sys
 import time
@@ -59,6 +62,7 @@ from bifocal_jax.tasks import pipeline
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import baseline_attention
+import baseline_layer_norm
 import bench_util
 import data_throughput
 import plain_flax
@@ -81,6 +85,12 @@ def extra_kinds(names) -> tuple[str, ...]:
     positions.get(name)  # a ValueError naming the valid kinds
   return tuple(k for k in names if k not in ("bifocal", "rope"))
 _BASELINE = flags.DEFINE_bool("baseline", False, "Also time the bifocal step with the old kernel.")
+_BASELINE_LAYER_NORM = flags.DEFINE_bool(
+    "baseline_layer_norm", False, "Also time the bifocal step with LayerNorm's autodiff backward.")
+
+# Variants of the bifocal step: name -> the context its model is traced in.
+BASELINES = {"bifocal_baseline": baseline_attention.use_baseline,
+             "bifocal_autodiff_layer_norm": baseline_layer_norm.use_baseline}
 
 
 def dyck_config(name: str):
@@ -149,7 +159,8 @@ def pipeline_seconds_per_batch(task, batch_size: int, buckets, *, steps: int) ->
 
 
 def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
-                 kinds: tuple[str, ...] = (), baseline: bool = False) -> dict:
+                 kinds: tuple[str, ...] = (), baseline: bool = False,
+                 baseline_layer_norm: bool = False) -> dict:
   base = dyck_config(name)
   task = tasks.get_task(base.task)
   buckets = config_buckets(base, task)
@@ -161,11 +172,13 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
   candidates, compile_seconds = {}, {}
   with jax.set_mesh(mesh):
     batch = steps_lib.to_global_batch(next(batch_iter), mesh)
-    for kind in ("bifocal", "rope", *kinds) + (("bifocal_baseline",) if baseline else ()):
+    variants = (("bifocal_baseline",) * baseline +
+                ("bifocal_autodiff_layer_norm",) * baseline_layer_norm)
+    for kind in ("bifocal", "rope", *kinds, *variants):
       c = base.copy_and_resolve_references()
-      c.position.kind = kind.removesuffix("_baseline")
+      c.position.kind = "bifocal" if kind in BASELINES else kind
       s, state = state_lib.setup(c, mesh, task=task)
-      with baseline_attention.use_baseline(kind.endswith("_baseline")):
+      with BASELINES.get(kind, contextlib.nullcontext)():
         compiled, compile_seconds[kind] = timed_compile(steps_lib.make_train_step(s), state, batch)
       candidates[kind] = stepper(compiled, state, batch)
     flax_model = plain_flax.Transformer(base.model, vocab_size=task.vocab_size, causal=task.causal,
@@ -211,7 +224,11 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
       kind_step_seconds={k: bench_util.median(times[k]["wall"]) for k in kinds},
       **({"bifocal_over_baseline": ratio("bifocal", "bifocal_baseline"),
           "bifocal_over_baseline_cpu": ratio("bifocal", "bifocal_baseline", "cpu")}
-         if baseline else {}))
+         if baseline else {}),
+      **({"bifocal_over_autodiff_layer_norm": ratio("bifocal", "bifocal_autodiff_layer_norm"),
+          "bifocal_over_autodiff_layer_norm_cpu": ratio("bifocal", "bifocal_autodiff_layer_norm",
+                                                        "cpu")}
+         if baseline_layer_norm else {}))
 
 
 def report(results: list[dict]) -> str:
@@ -246,7 +263,8 @@ def main(argv):
   machine = bench_util.machine()
   kinds = extra_kinds(_KINDS.value)
   results = [bench_config(name, rounds=_ROUNDS.value, peak_scale=_PEAK_SCALE.value,
-                          data_steps=_DATA_STEPS.value, kinds=kinds, baseline=_BASELINE.value)
+                          data_steps=_DATA_STEPS.value, kinds=kinds, baseline=_BASELINE.value,
+                          baseline_layer_norm=_BASELINE_LAYER_NORM.value)
              for name in _CONFIGS.value]
   print(f"{machine['cpu']}, {machine['cores']} cores, jax {machine['jax']}, {machine['date']}; "
         f"load average before/after each config: {[r['load_average'] for r in results]}")
@@ -256,7 +274,11 @@ def main(argv):
     print(f"{r['config']}: tokens/s bifocal {s['bifocal']['tokens_per_sec']:,.0f}, rope "
           f"{s['rope']['tokens_per_sec']:,.0f}" +
           (f"; bifocal / bifocal with the old attention kernel {r['bifocal_over_baseline']:.3f} "
-           f"(cpu {r['bifocal_over_baseline_cpu']:.3f})" if "bifocal_over_baseline" in r else ""))
+           f"(cpu {r['bifocal_over_baseline_cpu']:.3f})" if "bifocal_over_baseline" in r else "") +
+          (f"; bifocal / bifocal with autodiff's LayerNorm backward "
+           f"{r['bifocal_over_autodiff_layer_norm']:.3f} "
+           f"(cpu {r['bifocal_over_autodiff_layer_norm_cpu']:.3f})"
+           if "bifocal_over_autodiff_layer_norm" in r else ""))
   bench_util.write_json(_OUT.value, dict(machine=machine, results=results))
 
 

@@ -27,13 +27,32 @@ def run_script(name, *flags, tmp_path, env=None):
 
 def test_step_benchmark(tmp_path):
   (r,) = run_script("step_benchmark", "--configs=smoke", "--rounds=2", "--peak_scale=0.03",
-                    "--data_steps=3", tmp_path=tmp_path)["results"]
-  for kind in ("bifocal", "rope", "flax"):
+                    "--data_steps=3", "--baseline_layer_norm", tmp_path=tmp_path)["results"]
+  assert r["bifocal_over_autodiff_layer_norm"] > 0 and "bifocal_over_baseline" not in r
+  for kind in ("bifocal", "rope", "flax", "bifocal_autodiff_layer_norm"):
     step = r["steps"][kind]
     assert step["seconds"] > 0 and step["tokens_per_sec"] > 0 and step["mfu"] > 0, kind
   assert r["flops_per_step"] > 0 and r["peak_flops_per_sec"] > 0
   assert r["bifocal_over_rope"] > 0 and r["flax_over_bifocal"] > 0
   assert r["pipeline_over_step"] > 0 and r["steps"]["bifocal"]["compile_seconds"] > 0
+
+
+def test_autodiff_layer_norm_baseline_is_the_same_function_inside_its_context():
+  sys.path.insert(0, str(helpers.ROOT / "benchmarks"))
+  import baseline_layer_norm  # pylint: disable=g-import-not-at-top
+  import jax
+  import numpy as np
+  from bifocal_jax import model
+  rng = np.random.default_rng(0)
+  x, scale, bias = rng.standard_normal((4, 8)), 1 + rng.standard_normal(8), rng.standard_normal(8)
+  loss = lambda x, s, b: (model.layer_norm(x, s, b, 1e-6)**3).sum()  # looked up at trace time
+  written = jax.grad(loss, argnums=(0, 1, 2))(x, scale, bias)
+  with baseline_layer_norm.use_baseline():
+    assert model.layer_norm is baseline_layer_norm.layer_norm
+    autodiff = jax.grad(loss, argnums=(0, 1, 2))(x, scale, bias)
+  assert model.layer_norm is not baseline_layer_norm.layer_norm
+  for a, b in zip(written, autodiff):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_step_profile_attributes_the_steps_ops_to_their_source(tmp_path):

@@ -260,3 +260,46 @@ def test_mismatched_positions_raise(position_config):
   tokens, _ = tokens_and_positions("rope")
   with pytest.raises(ValueError, match=r"positions.*\(2, 5\)"):
     logits(model, tokens, jnp.ones((BATCH, SEQ), bool), jnp.zeros((BATCH, SEQ - 1), jnp.int32))
+
+
+def _numpy_layer_norm(x, scale, bias):
+  mean = x.mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(((x - mean)**2).mean(-1, keepdims=True) + 1e-6) * scale + bias
+
+
+def _central_differences(f, arrays, h=1e-6):
+  """The gradient of scalar `f(*arrays)` with respect to each array, float64."""
+  grads = []
+  for i, a in enumerate(arrays):
+    g = np.zeros_like(a)
+    for index in np.ndindex(a.shape):
+      up, down = [b.copy() for b in arrays], [b.copy() for b in arrays]
+      up[i][index] += h
+      down[i][index] -= h
+      g[index] = (f(*up) - f(*down)) / (2 * h)
+    grads.append(g)
+  return grads
+
+
+@pytest.mark.parametrize("dtype, rtol", [(jnp.float32, 1e-4), (jnp.bfloat16, 3e-2)])
+def test_layer_norm_and_its_written_out_backward_against_float64(dtype, rtol):
+  """`layer_norm`'s value and its hand-written gradients (x, scale, bias)
+  against a float64 numpy LayerNorm and its gradients by central differences
+  (at the bfloat16-rounded input for bfloat16)."""
+  rng = np.random.default_rng(0)
+  x = np.asarray(jnp.asarray(rng.standard_normal((3, 5, 8)) * 2 + 1, dtype), np.float64)
+  scale, bias = 1 + 0.3 * rng.standard_normal(8), 0.3 * rng.standard_normal(8)
+  dy = np.asarray(jnp.asarray(rng.standard_normal((3, 5, 8)), dtype), np.float64)
+  expected_y = _numpy_layer_norm(x, scale, bias)
+  expected = _central_differences(lambda *a: float((_numpy_layer_norm(*a) * dy).sum()),
+                                  [x, scale, bias])
+
+  args = (jnp.asarray(x, dtype), jnp.asarray(scale, jnp.float32), jnp.asarray(bias, jnp.float32))
+  y, vjp = jax.vjp(lambda *a: model_lib.layer_norm(*a, 1e-6), *args)
+  grads = vjp(jnp.asarray(dy, dtype))
+  assert y.dtype == dtype and grads[0].dtype == dtype
+  assert grads[1].dtype == grads[2].dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(y, np.float64), expected_y, rtol=rtol, atol=rtol)
+  for name, ours, theirs in zip(("x", "scale", "bias"), grads, expected):
+    np.testing.assert_allclose(np.asarray(ours, np.float64), theirs, rtol=rtol,
+                               atol=rtol * np.abs(theirs).max(), err_msg=name)
