@@ -10,11 +10,10 @@ bias gradient. Only `bias_fn=None` is supported (the benchmarks' models).
 
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 
+import bench_util
 from bifocal_jax import attention
 
 
@@ -70,15 +69,6 @@ def _bwd(residuals, d_out):
 softmax_attention.defvjp(_fwd, _bwd)
 
 
-@contextlib.contextmanager
 def use_baseline(enabled: bool = True):
   """`attention.attend` is the baseline kernel inside (models traced inside)."""
-  if not enabled:
-    yield
-    return
-  current = attention.attend
-  attention.attend = attend
-  try:
-    yield
-  finally:
-    attention.attend = current
+  return bench_util.replaced(attention, "attend", attend, enabled)

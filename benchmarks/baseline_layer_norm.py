@@ -9,11 +9,10 @@ whatever autodiff makes of the mean and variance reductions.
 
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 
+import bench_util
 from bifocal_jax import model
 
 
@@ -24,15 +23,6 @@ def layer_norm(x_NxD, scale_D, bias_D, eps: float):
   return ((x32 - mean) * jax.lax.rsqrt(var + eps) * scale_D + bias_D).astype(x_NxD.dtype)
 
 
-@contextlib.contextmanager
 def use_baseline(enabled: bool = True):
   """`model.layer_norm` is the autodiff LayerNorm inside (models traced inside)."""
-  if not enabled:
-    yield
-    return
-  current = model.layer_norm
-  model.layer_norm = layer_norm
-  try:
-    yield
-  finally:
-    model.layer_norm = current
+  return bench_util.replaced(model, "layer_norm", layer_norm, enabled)

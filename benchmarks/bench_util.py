@@ -9,6 +9,7 @@ is recorded with the results.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -99,6 +100,21 @@ def interleave(candidates: dict[str, Callable[[], object]], *, repeats: int,
       out[name]["wall"].append((time.perf_counter() - wall) / n)
       out[name]["cpu"].append((time.process_time() - cpu) / n)
   return out
+
+
+@contextlib.contextmanager
+def replaced(owner, name: str, value, enabled: bool = True):
+  """`owner.name` is `value` inside (when `enabled`), restored afterwards: a
+  before/after variant of a project function for the models traced inside."""
+  if not enabled:
+    yield
+    return
+  current = getattr(owner, name)
+  setattr(owner, name, value)
+  try:
+    yield
+  finally:
+    setattr(owner, name, current)
 
 
 def median(xs) -> float:
