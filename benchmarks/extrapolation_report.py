@@ -110,8 +110,8 @@ def paired_table(groups: dict, splits: list[str], metric: str,
   """Rows: `a - b` for each pair of cells; for the final training loss
   (`with_loss`) and per split, the mean paired difference over the seeds both
   have, with its 95% interval (bold: decided)."""
-  columns = [("final train loss", lambda s: s.get("final_train_loss"))] * with_loss + [
-      (split, lambda s, split=split: _value(s, split, metric)) for split in splits]
+  loss = [("final train loss", lambda s: s.get("final_train_loss"))] if with_loss else []
+  columns = loss + [(split, lambda s, split=split: _value(s, split, metric)) for split in splits]
   header = ["difference", "seeds", *(name for name, _ in columns)]
   rows = [header, ["---"] * len(header)]
   for a, b in pairs:

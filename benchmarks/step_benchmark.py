@@ -172,8 +172,9 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
   candidates, compile_seconds = {}, {}
   with jax.set_mesh(mesh):
     batch = steps_lib.to_global_batch(next(batch_iter), mesh)
-    variants = (("bifocal_baseline",) * baseline +
-                ("bifocal_autodiff_layer_norm",) * baseline_layer_norm)
+    variants = [name for name, wanted in (("bifocal_baseline", baseline),
+                                          ("bifocal_autodiff_layer_norm", baseline_layer_norm))
+                if wanted]
     for kind in ("bifocal", "rope", *kinds, *variants):
       c = base.copy_and_resolve_references()
       c.position.kind = "bifocal" if kind in BASELINES else kind
