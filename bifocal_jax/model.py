@@ -58,19 +58,20 @@ def _layer_norm_fwd(x_NxD, scale_D, bias_D, eps):
   centred = x32 - x32.mean(-1, keepdims=True)
   rstd_Nx1 = jax.lax.rsqrt(jnp.square(centred).mean(-1, keepdims=True) + eps)
   normed = centred * rstd_Nx1
-  return (normed * scale_D + bias_D).astype(x_NxD.dtype), (normed, rstd_Nx1, scale_D)
+  return (normed * scale_D + bias_D).astype(x_NxD.dtype), (normed, rstd_Nx1, scale_D, bias_D)
 
 
 def _layer_norm_bwd(eps, residuals, dy_NxD):
   """With `n = (x - mean) * rstd` and `g = dy * scale`:
   `dx = rstd * (g - mean(g) - n * mean(g n))`, `dscale = sum(dy n)`, `dbias = sum(dy)`."""
   del eps
-  normed, rstd_Nx1, scale_D = residuals
+  normed, rstd_Nx1, scale_D, bias_D = residuals
   dy = dy_NxD.astype(jnp.float32)
   g = dy * scale_D
   dx = rstd_Nx1 * (g - g.mean(-1, keepdims=True) - normed * (g * normed).mean(-1, keepdims=True))
   leading = tuple(range(dy.ndim - 1))
-  return dx.astype(dy_NxD.dtype), (dy * normed).sum(leading), dy.sum(leading)
+  return (dx.astype(dy_NxD.dtype), (dy * normed).sum(leading).astype(scale_D.dtype),
+          dy.sum(leading).astype(bias_D.dtype))
 
 
 layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)

@@ -303,3 +303,11 @@ def test_layer_norm_and_its_written_out_backward_against_float64(dtype, rtol):
   for name, ours, theirs in zip(("x", "scale", "bias"), grads, expected):
     np.testing.assert_allclose(np.asarray(ours, np.float64), theirs, rtol=rtol,
                                atol=rtol * np.abs(theirs).max(), err_msg=name)
+
+
+def test_layer_norm_gradients_come_in_each_arguments_dtype():
+  x = jnp.linspace(-1, 1, 16, dtype=jnp.float32).reshape(2, 8)
+  scale, bias = jnp.ones(8, jnp.bfloat16), jnp.zeros(8, jnp.float16)
+  grads = jax.grad(lambda *a: model_lib.layer_norm(*a, 1e-6).sum(), argnums=(0, 1, 2))(x, scale,
+                                                                                        bias)
+  assert [g.dtype for g in grads] == [jnp.float32, jnp.bfloat16, jnp.float16]
