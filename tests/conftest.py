@@ -1,10 +1,24 @@
-"""Shared fixtures: small position configs, and cheap compiles for tiny programs."""
+"""Shared fixtures: small position configs, compilation caches shared with
+subprocesses, the published data; cheap compiles for tiny programs."""
 
 import jax
 import pytest
 
 from bifocal_jax import attention
 from bifocal_jax import positions
+
+
+def pytest_configure(config):
+  """XLA skips most optimisation in every test process, as in the subprocesses
+  the tests start (`helpers.subprocess_env`).
+
+  For the tests' tiny programs compiling is nearly all the cost (eager random
+  initialisers alone compile 3-4x faster). Session-wide, so that every program
+  in a process, and in the shared persistent compilation cache, is compiled
+  the same way (the flag is not part of JAX's cache key).
+  """
+  del config
+  jax.config.update("jax_disable_most_optimizations", True)
 
 
 @pytest.fixture
@@ -17,24 +31,6 @@ def position_config():
     # CoPE's and FoPE's context-length keys, as build_model would resolve them
     return positions.with_context_length(position, 64)
   return make
-
-
-@pytest.fixture(scope="module")
-def fast_compiles():
-  """Lets XLA skip most optimisation while a test module runs.
-
-  For tests of tiny programs compiling is nearly all the cost (eager random
-  initialisers alone compile 3-4x faster). Opt in per module with
-  `pytestmark = pytest.mark.usefixtures("fast_compiles")`. The flag is not part
-  of JAX's compile cache key, so the caches are cleared afterwards: nothing
-  compiled this way outlives the module.
-  """
-  flag = "jax_disable_most_optimizations"
-  previous = jax.config.read(flag)
-  jax.config.update(flag, True)
-  yield
-  jax.config.update(flag, previous)
-  jax.clear_caches()
 
 
 @pytest.fixture(scope="session")

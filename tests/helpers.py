@@ -75,7 +75,7 @@ class SignalAfter:
 def subprocess_env(devices: int = 1, **env) -> dict[str, str]:
   """This environment with `devices` fake CPU devices and `env` on top.
 
-  Like the test modules (the `fast_compiles` fixture), subprocesses let XLA
+  Like the test processes (`conftest.pytest_configure`), subprocesses let XLA
   skip most optimisation: compiling is most of the cost of these tiny runs.
   They write no compilation cache into the user's cache home
   (`BIFOCAL_COMPILATION_CACHE=off`; the `compilation_cache_env` fixture gives

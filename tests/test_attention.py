@@ -20,7 +20,6 @@ from bifocal_jax import rope
 
 D_MODEL, HEADS, HEAD_DIM, BATCH, SEQ = 16, 2, 8, 2, 6
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 # (test id, position.kind, overrides): every kind defined for the (bidirectional)
 # encoder, and bifocal split both ways.

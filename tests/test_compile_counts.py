@@ -10,14 +10,12 @@ import chex
 import helpers
 import jax
 import numpy as np
-import pytest
 
 from bifocal_jax import metrics as metrics_lib
 from bifocal_jax import sharding, steps, tasks
 from bifocal_jax import state as state_lib
 from bifocal_jax.tasks import pipeline
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 BUCKETS = (20, 40)
 BATCHES = 12

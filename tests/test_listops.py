@@ -338,7 +338,7 @@ def test_cli_prints_input_tab_targets():
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("fast_compiles", "persistent_compiles")
+@pytest.mark.usefixtures("persistent_compiles")
 def test_tiny_training_run_and_its_evaluation(tmp_path):
   config = config_lib.load_file(helpers.ROOT / "configs" / "listops_depth.py", "tiny")
   config.steps = 10

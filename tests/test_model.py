@@ -21,8 +21,6 @@ VOCAB, BATCH, SEQ = 16, 2, 6
 # The model here is the causal decoder: every kind defined there.
 KINDS = tuple(k for k in attention.POSITION_KINDS if positions_lib.get(k).decoder)
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
-
 
 def tiny_config(**overrides):
   # vocab = d_model = mlp_dim: the MLP and unembedding weights share one shape,

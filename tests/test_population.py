@@ -25,7 +25,7 @@ from bifocal_jax import train
 from bifocal_jax import workdir as workdir_lib
 from bifocal_jax.tasks import pipeline
 
-pytestmark = pytest.mark.usefixtures("fast_compiles", "persistent_compiles")
+pytestmark = pytest.mark.usefixtures("persistent_compiles")
 
 # 2 seeds x 2 learning rates; 1e30 sends a member's loss to inf within three steps
 # (Adam's update is about the learning rate, whatever the gradient): members 1 and 3.

@@ -17,7 +17,6 @@ from bifocal_jax import config as config_lib
 from bifocal_jax import model as model_lib
 from bifocal_jax import positions
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 KINDS = positions.POSITION_KINDS
 DECODER_KINDS = [k for k in KINDS if positions.get(k).decoder]

@@ -13,8 +13,6 @@ from bifocal_jax.positions import cope
 
 NPOS = 6  # small, so that counts are clamped within the test's 13 tokens
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
-
 
 def reference(q, k, v, pos_emb, valid, causal):
   """Direct loops over (batch, head, query, key) in float64, as the source:

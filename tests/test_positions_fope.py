@@ -13,7 +13,6 @@ from bifocal_jax import state as state_lib
 from bifocal_jax import tasks
 from bifocal_jax.positions import fope
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 MAX_LEN = 100
 

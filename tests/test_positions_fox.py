@@ -11,8 +11,6 @@ from flax import nnx
 import position_checks as checks
 from bifocal_jax.positions import fox
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
-
 
 def reference(q, k, v, fgate_logit, valid):
   """Direct loops in float64: weight_ij = exp(q_i.k_j / sqrt(d)) * prod_{j<s<=i} f_s,

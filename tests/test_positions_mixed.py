@@ -17,7 +17,6 @@ from bifocal_jax import positions
 from bifocal_jax import surgery
 from bifocal_jax.positions import mixed
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 D, HEADS, HEAD_DIM, LENGTH = 32, 4, 8, 12
 

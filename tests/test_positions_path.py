@@ -11,8 +11,6 @@ from flax import nnx
 import position_checks as checks
 from bifocal_jax.positions import path
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
-
 
 def reference_loops(q, k, v, w, beta, valid):
   """Direct loops in float64: score_ij = q_i . (H_i ... H_{j+1} k_j), H_s = I - beta_s w_s w_s^T

@@ -8,8 +8,6 @@ import pytest
 import position_checks as checks
 from bifocal_jax.positions import stickbreaking
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
-
 
 def sigmoid(x):
   return 1 / (1 + np.exp(-x))

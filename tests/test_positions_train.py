@@ -18,7 +18,7 @@ from bifocal_jax import steps
 from bifocal_jax import train
 from bifocal_jax.tasks import pipeline
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_compiles")]
+pytestmark = pytest.mark.slow
 
 KINDS = positions.POSITION_KINDS
 DECODER_KINDS = [k for k in KINDS if positions.get(k).decoder]

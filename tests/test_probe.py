@@ -24,7 +24,6 @@ from bifocal_jax import state as state_lib
 from bifocal_jax import tasks
 from bifocal_jax import train
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -19,7 +19,7 @@ from bifocal_jax import steps
 from bifocal_jax import train
 from bifocal_jax import workdir as workdir_lib
 
-pytestmark = pytest.mark.usefixtures("fast_compiles", "persistent_compiles")
+pytestmark = pytest.mark.usefixtures("persistent_compiles")
 
 # Metrics every 4 steps: checkpoints (every 10 steps, or at a signal) then fall
 # inside a logging window, whose partial sums a resumed run must pick up.

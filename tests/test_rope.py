@@ -14,8 +14,6 @@ from bifocal_jax import rope
 
 BASE = 10_000.0
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
-
 
 def reference_frequencies(rotary_dim, base=BASE):
   return base ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)

@@ -37,8 +37,6 @@ RANK, ALPHA = 2, 4.0
 FAMILIES = sorted(LORA_TARGETS)
 TRAINED = ("gemma3", "llama3")  # end to end through tunix's trainer (slow)
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
-
 
 def _config(family):
   module = tunix_models.import_model(family)

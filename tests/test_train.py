@@ -19,7 +19,7 @@ from bifocal_jax import steps
 from bifocal_jax import train
 from bifocal_jax import workdir as workdir_lib
 
-pytestmark = pytest.mark.usefixtures("fast_compiles", "persistent_compiles")
+pytestmark = pytest.mark.usefixtures("persistent_compiles")
 
 REQUIRED_METRICS = ("step", "loss", "steps_per_sec", "tokens_per_sec", "learning_rate",
                     "spectral_learning_rate", "grad_norm", "spectral_grad_norm", "spectral_drift")
