@@ -4,7 +4,9 @@ Recorded once (2026-11-30, jax 0.12.0.1 on x86-64 CPU) from the trainer as it
 was before the trainer split of issue #17, so that a refactor, or a change to
 the hand-written backward passes (attention, rotary angles, LayerNorm), cannot
 change what training computes without this test saying so. The tolerances admit the
-rounding differences of another CPU's vector units, not a different gradient.
+rounding differences of another CPU's vector units, and of XLA's optimisations
+(recorded from optimised programs; the tests compile with most optimisations
+off, `conftest.py`), not a different gradient.
 To re-record after an intended change: run this file with `GOLDEN_PRINT=1`
 and paste the printed table.
 """
