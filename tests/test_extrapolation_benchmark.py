@@ -35,12 +35,14 @@ def _load(name):
 
 ex = _load("extrapolation")
 report_lib = _load("extrapolation_report")
+import extrapolation_presets as presets_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+import extrapolation_runs as runs_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 TASK = ex.TaskSpec("odds_first", variant="tiny", overrides=(("batch_size", 8),))
 PRESET = ex.Preset(tasks=(TASK,), kinds=("rope", "bifocal_heads"), seeds=(0, 1),
                    protocol_tasks=("odds_first",), sensitivity_task="odds_first",
                    sensitivity=(("bifocal_heads", "frozen_half",
-                                 (("spectral.freeze_steps", ex.OfSteps(0.5)),)),))
+                                 (("spectral.freeze_steps", runs_lib.OfSteps(0.5)),)),))
 
 
 def test_runs_in_priority_order_with_their_arms():
@@ -1075,11 +1077,11 @@ def test_the_converged_sweep_runs_the_roster_after_the_verdicts_seeds():
   decoder = {k for k in positions.POSITION_KINDS if positions.get(k).decoder} - {"bifocal"}
   assert decoder | {"bifocal_heads", "bifocal_pairs"} == kinds
   assert "randomized_relative" not in kinds  # encoder only
-  first_roster = min(i for i, r in enumerate(runs) if r.kind in ex.ROSTER_KINDS)
+  first_roster = min(i for i, r in enumerate(runs) if r.kind in runs_lib.ROSTER_KINDS)
   assert {(r.kind, r.seed) for r in runs[:first_roster]} == {
-      (k, s) for k in ex.VERDICT_KINDS for s in ex.PRESETS["converged"].seeds}
-  assert {r.kind for r in ex.PRESETS["cpu"].runs()} <= set(ex.VERDICT_KINDS)
-  assert all(ex.kind_overrides(k) == {"position.kind": k} for k in ex.ROSTER_KINDS)
+      (k, s) for k in runs_lib.VERDICT_KINDS for s in ex.PRESETS["converged"].seeds}
+  assert {r.kind for r in ex.PRESETS["cpu"].runs()} <= set(runs_lib.VERDICT_KINDS)
+  assert all(runs_lib.kind_overrides(k) == {"position.kind": k} for k in runs_lib.ROSTER_KINDS)
 
 
 def test_the_converged_chomsky_sweep_runs_every_encoder_kind():
@@ -1089,4 +1091,4 @@ def test_the_converged_chomsky_sweep_runs_every_encoder_kind():
   encoder = {k for k in positions.POSITION_KINDS if positions.get(k).encoder} - {"bifocal"}
   assert kinds == encoder | {"bifocal_heads", "bifocal_pairs"}
   assert "fire" not in kinds and "kerple_log" not in kinds  # causal in their sources
-  assert {r.task.name for r in preset.calibration_runs()} == set(ex._CHOMSKY_JUST_FIT)
+  assert {r.task.name for r in preset.calibration_runs()} == set(presets_lib._CHOMSKY_JUST_FIT)
