@@ -46,6 +46,8 @@ summaries: those at the preset's first learning rate are the `scratch` arm,
 the others the `sensitivity` arm labelled `lr<rate>`; each summary's
 `seconds` is its share of the population's time. `--limit N` stops after N
 runs (populations): one ~10-minute accelerator command is `--limit 1`.
+`--stop_by 2.5h` (or `HH:MM`) starts no run expected to end after then (the
+median time of the finished runs like it), for a machine lent for a while.
 
 Budgets (`--calibrate`): for each task, `rope` (seed 0) trains up to the
 preset's `max_steps`, evaluated on `valid` every `interval` steps; the task's
@@ -83,6 +85,7 @@ import contextlib
 import dataclasses
 import datetime
 import fcntl
+import glob
 import hashlib
 import json
 import os
@@ -457,6 +460,28 @@ def git_commit_paths(paths: Sequence[str], message: str, *, log: Callable[[str],
 _GIT_LOCK = threading.Lock()
 
 
+def parse_stop_by(value: str, now: float | None = None) -> float:
+  """`--stop_by`: a duration from now (`90m`, `2.5h`), a time of day `HH:MM`
+  (its next occurrence) or `YYYY-MM-DDTHH:MM`, both in local time; the POSIX time."""
+  now = time.time() if now is None else now
+  text = value.strip()
+  try:
+    if text[-1:] in ("m", "h"):
+      amount = float(text[:-1])
+      if not amount > 0:
+        raise ValueError
+      return now + amount * (60 if text[-1] == "m" else 3600)
+    if "T" in text or "-" in text:
+      return datetime.datetime.fromisoformat(text).timestamp()
+    clock = datetime.datetime.strptime(text, "%H:%M").time()
+    today = datetime.datetime.fromtimestamp(now).date()
+    at = datetime.datetime.combine(today, clock).timestamp()
+    return at if at > now else at + 86400
+  except ValueError:
+    raise ValueError(f"stop_by={value!r}: expected a duration (90m, 2.5h), HH:MM or "
+                     f"YYYY-MM-DDTHH:MM") from None
+
+
 def parse_shard(value: str) -> tuple[int, int]:
   """`--shard i/N` as `(i, N)`, with 0 <= i < N."""
   try:
@@ -571,20 +596,39 @@ class Sweep:
       self._map(one, todo, jobs)
     return load_budgets(self.results_dir)
 
-  def run(self, *, jobs: int = 1, limit: int | None = None) -> dict[str, str]:
+  def run(self, *, jobs: int = 1, limit: int | None = None,
+          stop_by: float | None = None) -> dict[str, str]:
     """Runs what is pending, `jobs` at a time (at most `limit` runs, a
     population counting as one); returns {run name: status}. Each job takes
     the first pending run not yet tried, asked afresh as it starts one, so a
     task another process calibrated meanwhile joins in its place in the
-    order; a run tried once is not tried again."""
+    order; a run tried once is not tried again. `stop_by` (POSIX time): the
+    first run whose `expected_seconds` would end after it, and every run
+    after it, is not started (the runs in flight finish)."""
     with self._exclusive(jobs):
-      return self._run_pending(jobs, limit)
+      return self._run_pending(jobs, limit, stop_by)
 
-  def _run_pending(self, jobs: int, limit: int | None) -> dict[str, str]:
+  def expected_seconds(self, unit: Run | PopulationRun) -> float | None:
+    """How long `unit` will take: the median `seconds` of the finished runs of
+    its task, arm and group (kind and label), else of its task and arm; None
+    without any (or for a population)."""
+    if isinstance(unit, PopulationRun):
+      return None
+    arm_dir = os.path.join(self.results_dir, unit.task.name, unit.arm)
+    for group in (unit.group, "*"):
+      seconds = [s for path in glob.glob(os.path.join(arm_dir, group, "seed*.json"))
+                 if isinstance(s := (_read_json(path) or {}).get("seconds"), (int, float))]
+      if seconds:
+        return float(np.median(seconds))
+    return None
+
+  def _run_pending(self, jobs: int, limit: int | None,
+                   stop_by: float | None = None) -> dict[str, str]:
     out: dict[str, str] = {}
     tried: list = []
     lock = threading.Lock()
-    halted = threading.Event()  # a run was stopped by a signal: start no other
+    # A run was stopped by a signal, or would end after `stop_by`: start no other.
+    halted = threading.Event()
 
     def pick():
       with lock:
@@ -594,6 +638,14 @@ class Sweep:
         if not todo:
           return None
         unit = todo[0].unit
+        if stop_by is not None:
+          expected = self.expected_seconds(unit)
+          if time.time() + (expected or 0.0) > stop_by:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(stop_by))
+            guess = "" if expected is None else f", expected to take {expected:.0f} s"
+            self.log(f"stop_by {when}: not starting {unit.name}{guess}, nor any run after it")
+            halted.set()
+            return None
         tried.append(unit)
         left = len(dict.fromkeys(r.unit for r in todo)) - 1
         return unit, [r for r in todo if r.unit == unit], len(tried), len(tried) + left
@@ -693,6 +745,11 @@ _PIN_CORES = flags.DEFINE_bool(
     "--nopin_cores: every run may use every CPU.")
 _LIMIT = flags.DEFINE_integer(
     "limit", None, "Run at most this many runs (a population counts as one), then report.")
+_STOP_BY = flags.DEFINE_string(
+    "stop_by", None, "Start no run expected to end after this (the median time of the finished "
+    "runs of its task, arm and kind, else of its task and arm), nor any run after it in the "
+    "order; the runs in flight finish. A duration (90m, 2.5h), HH:MM (next occurrence) or "
+    "YYYY-MM-DDTHH:MM, local time: for a machine lent for a while, where a run cut off is lost.")
 _TASKS = flags.DEFINE_list(
     "tasks", None, "Only these tasks of the preset (their names, comma-separated): their "
     "calibration and runs (the report is the whole preset's).")
@@ -730,6 +787,7 @@ def main(argv):
   if _DATA_DIR.value:  # for the evaluations too (their subprocesses inherit it)
     os.environ[published_data.DATA_DIR_ENV] = os.path.abspath(_DATA_DIR.value)
   shard = parse_shard(_SHARD.value) if _SHARD.value else None
+  stop_by = parse_stop_by(_STOP_BY.value) if _STOP_BY.value else None
   sweep = Sweep(preset, os.path.abspath(_OUT.value), results_dir, log=log, on_written=on_written,
                 shard=shard, pin_cores=_PIN_CORES.value)
   if _DRY_RUN.value:
@@ -747,7 +805,7 @@ def main(argv):
     for task in preset.tasks:  # before any run: the line that says how to get them
       for file_name, _ in task.published + task.checkpoint_published:
         published_file(sweep.out, file_name, None)
-    statuses = sweep.run(jobs=_JOBS.value, limit=_LIMIT.value)
+    statuses = sweep.run(jobs=_JOBS.value, limit=_LIMIT.value, stop_by=stop_by)
     counts = {s: list(statuses.values()).count(s) for s in sorted(set(map(str, statuses.values())))}
     print(f"sweep: {counts}", flush=True)
   link_base = os.path.dirname(os.path.abspath(_RESULTS_MD.value)) if _RESULTS_MD.value else None

@@ -6,6 +6,7 @@ sweep, then the report rebuilt from the summaries alone.
 """
 
 import dataclasses
+import datetime
 import fcntl
 import hashlib
 import importlib.util
@@ -821,6 +822,61 @@ def test_sweep_limit_counts_across_rounds(tmp_path, monkeypatch):
   assert list(sweep.run(limit=2)) == [runs[0].name, runs[1].name]
 
 
+def _finished(results_dir, run, seconds):
+  path = ex.summary_path(results_dir, run)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump({"seconds": seconds}, f)
+
+
+def test_expected_seconds_from_finished_runs_like_it(tmp_path):
+  results = str(tmp_path / "results")
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), results, log=lambda m: None)
+  for seed, seconds in enumerate((100, 300, 200)):
+    _finished(results, ex.Run(TASK, "rope", seed), seconds)
+  _finished(results, ex.Run(TASK, "bifocal_heads", 0), 1000)
+  assert sweep.expected_seconds(ex.Run(TASK, "rope", 7)) == 200  # its kind's median
+  assert sweep.expected_seconds(ex.Run(TASK, "bifocal_heads", 1)) == 1000
+  assert sweep.expected_seconds(ex.Run(TASK, "nope", 0)) == 250  # the task's and arm's
+  assert sweep.expected_seconds(ex.Run(TASK, "rope", 0, arm="continue")) is None
+
+
+def test_stop_by_starts_no_run_expected_to_end_after_it_nor_any_after_that(
+    tmp_path, monkeypatch):
+  results = str(tmp_path / "results")
+  logged = []
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), results, log=logged.append)
+  _finished(results, ex.Run(TASK, "rope", 0), 50)
+  _finished(results, ex.Run(TASK, "bifocal_heads", 0), 5000)
+  short, long, later = (ex.Run(TASK, "rope", 1), ex.Run(TASK, "bifocal_heads", 1),
+                        ex.Run(TASK, "rope", 2))
+  executed = []
+  monkeypatch.setattr(ex, "execute", lambda unit, *a, **k: executed.append(unit.name) or "done")
+  monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
+  monkeypatch.setattr(sweep, "pending",
+                      lambda: [r for r in (short, long, later) if r.name not in executed])
+  monkeypatch.setattr(sweep, "budget", lambda task: 10)
+  assert sweep.run(stop_by=time.time() + 600) == {short.name: "done"}
+  assert executed == [short.name]  # `later` would fit, but comes after `long` in the order
+  assert any(f"not starting {long.name}, expected to take 5000 s" in m for m in logged), logged
+  executed.clear()
+  assert sweep.run(stop_by=time.time() - 1) == {}  # past it: nothing, known or not
+  assert sweep.run(stop_by=time.time() + 10_000) == {short.name: "done", long.name: "done",
+                                                     later.name: "done"}
+
+
+def test_parse_stop_by():
+  now = datetime.datetime(2026, 12, 4, 8, 0).timestamp()
+  assert ex.parse_stop_by("90m", now) == now + 5400
+  assert ex.parse_stop_by(" 2.5h", now) == now + 9000
+  assert ex.parse_stop_by("09:30", now) == now + 5400  # later today
+  assert ex.parse_stop_by("07:30", now) == now + 86400 - 1800  # tomorrow's
+  assert ex.parse_stop_by("2026-12-05T08:00", now) == now + 86400
+  for value in ("soon", "-5m", "0h", "25:00", "", "m", "2026-13-01T00:00"):
+    with pytest.raises(ValueError, match=f"stop_by={value!r}: expected a duration"):
+      ex.parse_stop_by(value, now)
+
+
 def test_published_subset_keeps_name_and_spans_the_file(tmp_path, published_dir):
   path = ex.published_file(str(tmp_path), "k8_m20.test", 5)
   assert os.path.basename(path) == "k8_m20.test"
@@ -1065,6 +1121,8 @@ def test_dry_run_lists_the_shards_runs(tmp_path):
   assert not set(names[0]) & set(names[1])
   bad = _cli("--preset=population_smoke", "--shard=2/2", "--dry_run", timeout=120)
   assert bad.returncode == 2 and "shard='2/2': needs 0 <= i < N" in bad.stderr
+  bad = _cli("--preset=population_smoke", "--stop_by=soon", "--dry_run", timeout=120)
+  assert bad.returncode == 2 and "stop_by='soon': expected a duration" in bad.stderr
 
 
 def test_the_converged_sweep_runs_the_roster_after_the_verdicts_seeds():
