@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 
 from extrapolation_runs import (  # pylint: disable=g-multiple-import
-    OfSteps, Preset, ROSTER_KINDS, TaskSpec, VERDICT_KINDS, positions)
+    OfSteps, Preset, ROSTER_KINDS, TaskSpec, VERDICT_KINDS)
+# bifocal_jax is on the path once extrapolation_runs is imported (a checkout).
+from bifocal_jax import positions  # pylint: disable=wrong-import-order
 
 
 def _cpu_model(**extra) -> tuple[tuple[str, object], ...]:
