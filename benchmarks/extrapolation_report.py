@@ -235,6 +235,101 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float]) -> s
                     "zero):", "", *parts]).rstrip()
 
 
+def _ranks(means: dict[str, float]) -> dict[str, int]:
+  """1 for the highest mean; ties share the better rank."""
+  return {kind: 1 + sum(other > m for other in means.values()) for kind, m in means.items()}
+
+
+def _spearman(a: dict[str, float], b: dict[str, float]) -> float | None:
+  """Spearman's rank correlation of two kinds -> mean maps over their common kinds."""
+  kinds = sorted(set(a) & set(b))
+  if len(kinds) < 3:
+    return None
+  ra, rb = (np.argsort(np.argsort([-m[k] for k in kinds])).astype(float) for m in (a, b))
+  if ra.std() == 0 or rb.std() == 0:
+    return None
+  return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def size_comparison(small: str, large: str, small_groups: dict, large_groups: dict) -> str:
+  """One task at two model sizes (`small`, `large`: task names): per held-out
+  split, each scratch kind both have at each size, its mean over seeds and
+  rank among those kinds (1 = best), with Spearman's rank correlation of the
+  two sizes; then each kind's paired difference from `rope` at each size
+  (**bold**: its 95% interval excludes zero). The sizes' seeds are not
+  paired with each other (other models, batches and data order): the
+  comparison is of rankings, each size's differences paired within it."""
+  scratch = [{key[1]: runs for key, runs in groups.items() if key[0] == "scratch" and runs}
+             for groups in (small_groups, large_groups)]
+  kinds = [k for k in scratch[1] if k in scratch[0]]
+  if len(kinds) < 2:
+    return ""
+  first = [next(iter(sc[kinds[0]].values())) for sc in scratch]
+  splits = [s for s in first[0]["splits"] if s in first[1]["splits"] and s != "valid"]
+  close = all(_value(f, splits[0], "close_accuracy") is not None for f in first) if splits else False
+  metric = "close_accuracy" if close else "accuracy"
+  values = [{split: {k: v for k in kinds if (v := _seed_values(sc[k], split, metric))}
+             for split in splits} for sc in scratch]
+  means = [{split: {k: float(np.mean(list(v.values()))) for k, v in by_split[split].items()}
+            for split in splits} for by_split in values]
+  names = []
+  for task, f in zip((small, large), first):
+    layers = f.get("overrides", {}).get("model.num_layers")
+    names.append(f"`{task}` ({f'{layers} layers, ' if layers else ''}{f['steps']:,} steps)")
+  order = sorted(kinds, key=lambda k: -np.mean([means[1][s].get(k, -1.0) for s in splits]))
+  header = ["position", "seeds", *splits]
+  rows = [header, ["---"] * len(header)]
+  for kind in order:
+    seeds = f"{len(scratch[0][kind])} / {len(scratch[1][kind])}"
+    cells = []
+    for split in splits:
+      ranks = [_ranks(m[split]) for m in means]
+      cells.append(" / ".join(f"{m[split][kind]:.3f} ({r[kind]})" if kind in m[split] else "-"
+                              for m, r in zip(means, ranks)))
+    rows.append([kind, seeds, *cells])
+  rho = [_spearman(means[0][s], means[1][s]) for s in splits]
+  rows.append(["rank correlation (Spearman)", "", *("-" if r is None else f"{r:+.2f}"
+                                                   for r in rho)])
+  diff_rows = [["position", *splits], ["---"] * (1 + len(splits))]
+  for kind in (k for k in order if k != "rope" and "rope" in kinds):
+    cells = []
+    for split in splits:
+      sizes = []
+      for by_split in values:
+        mine, base = by_split[split].get(kind, {}), by_split[split].get("rope", {})
+        common = sorted(set(mine) & set(base))
+        if not common:
+          sizes.append("-")
+          continue
+        d = stats.paired_difference([mine[s] for s in common], [base[s] for s in common])
+        sizes.append(f"**{d['mean']:+.3f}**" if d["decided"] else f"{d['mean']:+.3f}")
+      cells.append(" / ".join(sizes))
+    diff_rows.append([kind, *cells])
+  name = "closing-bracket accuracy" if close else "token accuracy"
+  parts = [f"Model size: {names[0]} against {names[1]}, the same task and kinds, each size "
+           f"at its own budget ({name}, scratch runs, mean over seeds, small / large, each "
+           "followed by its rank among these kinds, 1 = best; rows by the larger model's mean "
+           "over the splits):", "",
+           _markdown(rows)]
+  if len(diff_rows) > 2:
+    parts += ["", "Minus `rope` at each size (paired over the seeds both have; small / large; "
+              "**bold**: the 95% interval excludes zero, given in each task's own tables):", "",
+              _markdown(diff_rows)]
+  return "\n".join(parts)
+
+
+def model_size_section(preset, table: dict) -> str:
+  """`size_comparison` for each task of the preset run at a second model size
+  (tasks sharing a config file: the first listed is the smaller)."""
+  by_config = collections.defaultdict(list)
+  for task in preset.tasks:
+    if task.name in table:
+      by_config[task.config].append(task.name)
+  parts = [size_comparison(names[0], other, table[names[0]], table[other])
+           for names in by_config.values() for other in names[1:]]
+  return "\n\n".join(p for p in parts if p)
+
+
 def _markdown(rows: list[list[str]]) -> str:
   return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
@@ -552,6 +647,9 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
                               extensions=extensions,
                               targets=({split: value for name, split, value in preset.targets
                                         if name == task} if preset.leaderboards else None)))
+  sizes = model_size_section(preset, table)
+  if sizes:
+    parts += ["### Model size", sizes]
   return "\n\n".join(parts) + "\n"
 
 

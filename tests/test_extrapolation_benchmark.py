@@ -513,6 +513,41 @@ def test_report_reads_the_protocol_in_closing_bracket_accuracy_too(tmp_path):
           < markdown.index("The same, closing-bracket accuracy:"))
 
 
+def test_report_compares_rankings_of_one_task_at_two_model_sizes(tmp_path):
+  """Tasks sharing a config file (`dyck`, `dyck_5layer`): each kind's mean and
+  rank at both sizes, the ranks' correlation, and each size's paired
+  difference from rope; a preset with one size has no such section."""
+  results = str(tmp_path)
+  small, large = ex.TaskSpec("dyck"), ex.TaskSpec("dyck_5layer", config_name="dyck")
+  # test_length means: small alibi 0.9 > nope 0.8 > rope 0.7; large rope 0.95 > alibi > nope.
+  means = {"dyck": {"rope": 0.7, "alibi": 0.9, "nope": 0.8},
+           "dyck_5layer": {"rope": 0.95, "alibi": 0.9, "nope": 0.6}}
+  summaries = []
+  for task, by_kind in means.items():
+    for kind, mean in by_kind.items():
+      for seed in range(3):
+        noise = 0.01 * (seed - 1) if kind == "nope" else 0.0  # nope - rope: not decided
+        s = _summary(kind, seed, valid=0.99, test_length=mean + noise * (task == "dyck") * 10)
+        s.update(task=task, config="configs/dyck.py", steps=4000 if task == "dyck" else 2000,
+                 overrides={"model.num_layers": 2 if task == "dyck" else 5})
+        summaries.append(s)
+  _write(results, summaries)
+  preset = ex.Preset(tasks=(small, large), kinds=("rope", "alibi", "nope"), seeds=(0, 1, 2))
+  markdown = report_lib.report(preset, results)
+  section = markdown.split("### Model size", 1)[1]
+  assert "`dyck` (2 layers, 4,000 steps) against `dyck_5layer` (5 layers, 2,000 steps)" in section
+  ranking, differences = section.split("Minus `rope` at each size", 1)
+  rows = {r[0]: r[1:] for r in _rows(ranking, "") if r[0] not in ("position", "---")}
+  assert rows["rope"][:2] == ["3 / 3", "0.700 (3) / 0.950 (1)"]
+  assert rows["alibi"][1] == "0.900 (1) / 0.900 (2)"
+  assert rows["nope"][1] == "0.800 (2) / 0.600 (3)"
+  assert rows["rank correlation (Spearman)"][1] == "-0.50"
+  diff_rows = {r[0]: r[1] for r in _rows(differences, "") if r[0] in ("alibi", "nope")}
+  assert diff_rows == {"alibi": "**+0.200** / **-0.050**", "nope": "+0.100 / **-0.350**"}
+  only_small = ex.Preset(tasks=(small,), kinds=("rope", "alibi", "nope"), seeds=(0, 1, 2))
+  assert "### Model size" not in report_lib.report(only_small, results)
+
+
 def test_report_probe_table_means_per_cell_scratch_arms_first(tmp_path):
   results = str(tmp_path)
   summaries = []
