@@ -240,12 +240,19 @@ def _ranks(means: dict[str, float]) -> dict[str, int]:
   return {kind: 1 + sum(other > m for other in means.values()) for kind, m in means.items()}
 
 
+def _average_ranks(values) -> np.ndarray:
+  """Ascending ranks from 1, tied values sharing their average rank."""
+  x = np.asarray(values, np.float64)
+  return np.array([(x < v).sum() + ((x == v).sum() + 1) / 2 for v in x])
+
+
 def _spearman(a: dict[str, float], b: dict[str, float]) -> float | None:
-  """Spearman's rank correlation of two kinds -> mean maps over their common kinds."""
+  """Spearman's rank correlation of two kinds -> mean maps over their common
+  kinds (ties at their average rank); None under 3 kinds or for all ties."""
   kinds = sorted(set(a) & set(b))
   if len(kinds) < 3:
     return None
-  ra, rb = (np.argsort(np.argsort([-m[k] for k in kinds])).astype(float) for m in (a, b))
+  ra, rb = (_average_ranks([m[k] for k in kinds]) for m in (a, b))
   if ra.std() == 0 or rb.std() == 0:
     return None
   return float(np.corrcoef(ra, rb)[0, 1])
@@ -468,10 +475,37 @@ def training_time_section(task: str, groups: dict, plots_dir: str, link_base: st
       rows.append([group, str(step)] + [_fmt_interval(_step_interval(runs, step, split, metric))
                                         for split in splits])
   parts += ["", _markdown(rows)]
+  ranks = ranks_over_training_time(scratch, splits, metric)
+  if ranks:
+    parts += ["", "The kinds' ranks at each of those steps (1 = best, among the kinds with "
+              "every step; first to last step), and Spearman's rank correlation of the first "
+              "step's ranking with the last's:", "", ranks]
   png = plot_training_time(task, scratch, splits, metric,
                            os.path.join(plots_dir, f"training_time_{task}.png"))
   parts += ["", f"![{task}: accuracy against training steps]({os.path.relpath(png, link_base)})"]
   return "\n".join(parts)
+
+
+def ranks_over_training_time(scratch: dict, splits: list[str], metric: str) -> str:
+  """Per split, each kind's rank (by mean over seeds) at every step all the
+  `scratch` cells were evaluated at, and the rank correlation of the first
+  step's ranking with the last's; "" with fewer than two kinds or steps."""
+  steps = sorted(set.intersection(*(set(_at_steps(runs)) for runs in scratch.values())))
+  if len(scratch) < 2 or len(steps) < 2:
+    return ""
+  means = {(step, split): {g: i["mean"] for g, runs in scratch.items()
+                           if (i := _step_interval(runs, step, split, metric)) is not None}
+           for step in steps for split in splits}
+  ranks = {key: _ranks(m) for key, m in means.items()}
+  header = ["position", *(f"{split} ({', '.join(map(str, steps))})" for split in splits)]
+  rows = [header, ["---"] * len(header)]
+  for group in scratch:
+    rows.append([group, *(" / ".join(str(ranks[step, split].get(group, "-")) for step in steps)
+                          for split in splits)])
+  rho = [_spearman(means[steps[0], split], means[steps[-1], split]) for split in splits]
+  rows.append([f"rank correlation, step {steps[0]} with {steps[-1]}",
+               *("-" if r is None else f"{r:+.2f}" for r in rho)])
+  return _markdown(rows)
 
 
 def plot_training_time(task: str, groups: dict, splits: list[str], metric: str,

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import helpers
@@ -623,6 +624,30 @@ def test_report_training_time_table_plot_and_convergence_budgets(tmp_path):
   assert list(alibi) == ["100", "200", "400"]
   assert alibi["400"][3].startswith("0.910 [") and alibi["100"][3].startswith("0.500")
   assert os.path.getsize(os.path.join(results, "plots", "training_time_odds_first.png")) > 5000
+
+
+def test_report_ranks_kinds_at_each_step_and_correlates_first_with_last():
+  def cell(*by_step):  # two seeds, equal values, at steps 100, 200, 400
+    at = {str(s): {"test_length": dict(accuracy=a, ci95=None, examples=16)}
+          for s, a in zip((100, 200, 400), by_step)}
+    return {seed: {"at_steps": at} for seed in (0, 1)}
+
+  # rope falls from first to last, alibi rises; nope and rope tie at step 200.
+  scratch = {"rope": cell(0.9, 0.7, 0.5), "alibi": cell(0.5, 0.8, 0.95),
+             "nope": cell(0.7, 0.7, 0.6)}
+  table = report_lib.ranks_over_training_time(scratch, ["test_length"], "accuracy")
+  rows = {row[0]: row[1] for row in _rows(table, "")}
+  assert rows["position"] == "test_length (100, 200, 400)"
+  assert rows["rope"] == "1 / 2 / 3" and rows["alibi"] == "3 / 1 / 1"
+  assert rows["nope"] == "2 / 2 / 2"  # a tie shares the better rank
+  assert rows["rank correlation, step 100 with 400"] == "-1.00"  # 1,2,3 -> 3,2,1
+  ties = {k: cell(0.5, 0.5, v) for k, v in (("rope", 0.1), ("alibi", 0.2), ("nope", 0.3))}
+  assert _rows(report_lib.ranks_over_training_time(ties, ["test_length"], "accuracy"),
+               "rank correlation")[0][1] == "-"  # all tied at the first step
+  assert report_lib.ranks_over_training_time({"rope": scratch["rope"]}, ["test_length"],
+                                             "accuracy") == ""
+  assert report_lib._spearman({"a": 1, "b": 2, "c": 2}, {"a": 1, "b": 2, "c": 3}) == (
+      pytest.approx(np.corrcoef([1, 2.5, 2.5], [1, 2, 3])[0, 1]))
 
 
 def test_report_blocks_of_two_presets_live_side_by_side(tmp_path):
