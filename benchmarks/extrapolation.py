@@ -47,7 +47,8 @@ the others the `sensitivity` arm labelled `lr<rate>`; each summary's
 `seconds` is its share of the population's time. `--limit N` stops after N
 runs (populations): one ~10-minute accelerator command is `--limit 1`.
 `--stop_by 2.5h` (or `HH:MM`) starts no run expected to end after then (the
-median time of the finished runs like it), for a machine lent for a while.
+median time of the finished runs like it), but the next in the order that
+fits, for a machine lent for a while.
 
 Budgets (`--calibrate`): for each task, `rope` (seed 0) trains up to the
 preset's `max_steps`, evaluated on `valid` every `interval` steps; the task's
@@ -602,9 +603,9 @@ class Sweep:
     population counting as one); returns {run name: status}. Each job takes
     the first pending run not yet tried, asked afresh as it starts one, so a
     task another process calibrated meanwhile joins in its place in the
-    order; a run tried once is not tried again. `stop_by` (POSIX time): the
-    first run whose `expected_seconds` would end after it, and every run
-    after it, is not started (the runs in flight finish)."""
+    order; a run tried once is not tried again. `stop_by` (POSIX time): a run
+    whose `expected_seconds` would end after it is passed over for the next
+    in the order that fits (the runs in flight finish)."""
     with self._exclusive(jobs):
       return self._run_pending(jobs, limit, stop_by)
 
@@ -622,13 +623,26 @@ class Sweep:
         return float(np.median(seconds))
     return None
 
+  def _fits(self, unit: Run | PopulationRun, stop_by: float, passed_over: set[str]) -> bool:
+    """Whether `unit` is expected to end by `stop_by` (one of unknown length:
+    whether `stop_by` is still ahead); logs each unit passed over once."""
+    expected = self.expected_seconds(unit)
+    if time.time() + (expected or 0.0) <= stop_by:
+      return True
+    if unit.name not in passed_over:
+      passed_over.add(unit.name)
+      when = time.strftime("%Y-%m-%d %H:%M", time.localtime(stop_by))
+      guess = "" if expected is None else f" (expected to take {expected:.0f} s)"
+      self.log(f"stop_by {when}: not starting {unit.name}{guess}")
+    return False
+
   def _run_pending(self, jobs: int, limit: int | None,
                    stop_by: float | None = None) -> dict[str, str]:
     out: dict[str, str] = {}
     tried: list = []
     lock = threading.Lock()
-    # A run was stopped by a signal, or would end after `stop_by`: start no other.
-    halted = threading.Event()
+    halted = threading.Event()  # a run was stopped by a signal: start no other
+    passed_over: set[str] = set()  # runs not started for `stop_by` (logged once)
 
     def pick():
       with lock:
@@ -638,13 +652,10 @@ class Sweep:
         if not todo:
           return None
         unit = todo[0].unit
-        if stop_by is not None:
-          expected = self.expected_seconds(unit)
-          if time.time() + (expected or 0.0) > stop_by:
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(stop_by))
-            guess = "" if expected is None else f", expected to take {expected:.0f} s"
-            self.log(f"stop_by {when}: not starting {unit.name}{guess}, nor any run after it")
-            halted.set()
+        if stop_by is not None:  # the first in the order that fits
+          unit = next((u for u in dict.fromkeys(r.unit for r in todo)
+                       if self._fits(u, stop_by, passed_over)), None)
+          if unit is None:
             return None
         tried.append(unit)
         left = len(dict.fromkeys(r.unit for r in todo)) - 1
@@ -747,8 +758,8 @@ _LIMIT = flags.DEFINE_integer(
     "limit", None, "Run at most this many runs (a population counts as one), then report.")
 _STOP_BY = flags.DEFINE_string(
     "stop_by", None, "Start no run expected to end after this (the median time of the finished "
-    "runs of its task, arm and kind, else of its task and arm), nor any run after it in the "
-    "order; the runs in flight finish. A duration (90m, 2.5h), HH:MM (next occurrence) or "
+    "runs of its task, arm and kind, else of its task and arm), but the next in the order that "
+    "fits; the runs in flight finish. A duration (90m, 2.5h), HH:MM (next occurrence) or "
     "YYYY-MM-DDTHH:MM, local time: for a machine lent for a while, where a run cut off is lost.")
 _TASKS = flags.DEFINE_list(
     "tasks", None, "Only these tasks of the preset (their names, comma-separated): their "
