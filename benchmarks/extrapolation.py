@@ -759,8 +759,9 @@ _LIMIT = flags.DEFINE_integer(
 _STOP_BY = flags.DEFINE_string(
     "stop_by", None, "Start no run expected to end after this (the median time of the finished "
     "runs of its task, arm and kind, else of its task and arm), but the next in the order that "
-    "fits; the runs in flight finish (the sweep's runs; not --calibrate's). A duration (90m, 2.5h), HH:MM (next occurrence) or "
-    "YYYY-MM-DDTHH:MM, local time: for a machine lent for a while, where a run cut off is lost.")
+    "fits; the runs in flight finish (the sweep's runs; not --calibrate's). A duration (90m, "
+    "2.5h), HH:MM (next occurrence) or YYYY-MM-DDTHH:MM, local time: for a machine lent for a "
+    "while, where a run cut off is lost.")
 _TASKS = flags.DEFINE_list(
     "tasks", None, "Only these tasks of the preset (their names, comma-separated): their "
     "calibration and runs (the report is the whole preset's).")
