@@ -788,10 +788,9 @@ def main(argv):
   if _PRESET.value is None:
     raise app.UsageError(f"--preset is required (one of {list(PRESETS)})")
   import extrapolation_report  # pylint: disable=g-import-not-at-top
-  preset = PRESETS[_PRESET.value]
-  if _TASKS.value is not None:
-    preset = preset.only(_TASKS.value)
   results_dir = os.path.abspath(_RESULTS.value or os.path.join(RESULTS_DIR, _PRESET.value))
+  whole = PRESETS[_PRESET.value].resolved(results_dir)  # with what its results chose so far
+  preset = whole.only(_TASKS.value) if _TASKS.value is not None else whole
   log = lambda m: print(m, flush=True)  # pylint: disable=unnecessary-lambda-assignment
   on_written = None
   if _COMMIT.value:
@@ -821,7 +820,7 @@ def main(argv):
     counts = {s: list(statuses.values()).count(s) for s in sorted(set(map(str, statuses.values())))}
     print(f"sweep: {counts}", flush=True)
   link_base = os.path.dirname(os.path.abspath(_RESULTS_MD.value)) if _RESULTS_MD.value else None
-  markdown = extrapolation_report.report(PRESETS[_PRESET.value], results_dir,
+  markdown = extrapolation_report.report(whole, results_dir,
                                         link_base=link_base)
   if _RESULTS_MD.value:
     extrapolation_report.replace_block(_RESULTS_MD.value, markdown, _PRESET.value)

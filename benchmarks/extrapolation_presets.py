@@ -9,6 +9,7 @@ import dataclasses
 
 from extrapolation_runs import (  # pylint: disable=g-multiple-import
     OfSteps, Preset, ROSTER_KINDS, TaskSpec, VERDICT_KINDS)
+import roster_choices
 # bifocal_jax is on the path once extrapolation_runs is imported (a checkout).
 from bifocal_jax import positions  # pylint: disable=wrong-import-order
 
@@ -170,6 +171,9 @@ PRESETS = {
         kinds=VERDICT_KINDS, seeds=(0, 1, 2, 3, 4), protocol_tasks=("dyck", "listops_depth"),
         converged=0.002,
         in_order=True, leaderboards=True,
+        # Once the roster has landed: the mixed pairings and the five best on
+        # the 5-layer model, by rules fixed before it did (roster_choices.py).
+        extend=roster_choices.extend,
         # issue 31: does any scheme reach these (closing-bracket accuracy)?
         targets=(("dyck", "test_depth", 0.99), ("dyck", "k8_m20.test", 0.90))),
     # The roster on the learned Chomsky-hierarchy tasks at convergence.

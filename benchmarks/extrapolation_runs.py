@@ -13,7 +13,7 @@ import itertools
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -332,6 +332,13 @@ class Preset:
   targets: tuple[tuple[str, str, float], ...] = ()
   learning_rates: tuple[float, ...] = ()  # set: populations (PopulationRun) of seeds x these
   data_workers: int = 0                  # populations: batch-making processes
+  # (preset, results directory) -> the preset with what its results so far
+  # choose added (`roster_choices.extend`); `resolved` applies it.
+  extend: Callable[[Preset, str], Preset] | None = None
+
+  def resolved(self, results_dir: str) -> Preset:
+    """The preset as its results in `results_dir` extend it (itself if none)."""
+    return self.extend(self, results_dir) if self.extend else self
 
   def only(self, names: Sequence[str]) -> Preset:
     """The preset restricted to the tasks named (and the arms on them)."""

@@ -1,0 +1,133 @@
+r"""The converged sweep's additions chosen from the roster's results (issue 31),
+each by a rule fixed on 2026-12-04, before any roster run had landed, so that
+no choice can be fitted to what the results show.
+
+  python benchmarks/roster_choices.py   # the choices, or what the roster still lacks
+
+Both read the `converged` preset's scratch runs (the 2-layer model, every seed
+of the preset) and wait until every kind of the tasks they read has every
+seed; until then they choose nothing and the preset is unchanged.
+
+- **Mixed-scheme pairings** (issue 31 item 2; `position.kind=a+b`: the first
+  half of the heads one scheme, the rest the other). Bifocal attention puts
+  geometric RoPE eyes beside spectral ones; the generalisation puts rotary
+  eyes beside another scheme's. Candidates: the kinds run from scratch on both
+  Dyck and `listops_depth` that are not rotary themselves and mix with `rope`
+  and `spectral`. X: the candidate with the highest mean closing-bracket
+  accuracy on Dyck's `k8_m20.test` (depth x4, lengths x30-50, the hardest
+  published file); Y: the candidate other than X with the highest mean
+  accuracy on `listops_depth`'s `test_depth` (the second task's depth
+  split). The pairings: `rope+X`, `spectral+X` (spectral eyes beside the
+  best), `rope+Y`; on both tasks, the preset's seeds, after the roster.
+- **The five best on the 5-layer model** (issue 31 item 1): the five roster
+  kinds (`extrapolation_runs.ROSTER_KINDS`) with the highest mean over seeds
+  of their mean closing-bracket accuracy over Dyck's held-out splits (every
+  split but `valid`); on `dyck_5layer`, the preset's seeds.
+
+Ties go to the name first in alphabetical order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
+import extrapolation_report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from extrapolation_runs import REPO, ROSTER_KINDS, Preset  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax import positions  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+
+DYCK, LISTOPS, DYCK_5LAYER = "dyck", "listops_depth", "dyck_5layer"
+RESULTS = os.path.join(REPO, "benchmarks", "results", "runs", "converged")
+
+
+def _scratch(table: dict, task: str) -> dict[str, dict[int, dict]]:
+  """{kind: {seed: summary}} of `task`'s scratch runs."""
+  return {group: runs for (arm, group), runs in table.get(task, {}).items() if arm == "scratch"}
+
+
+def _score(runs: dict[int, dict], splits: tuple[str, ...]) -> float:
+  """Mean over seeds of the mean over `splits` (closing-bracket accuracy
+  where a summary has it, else token accuracy)."""
+  def one(summary):
+    values = [r.get("close_accuracy", r["accuracy"]) for r in
+              (summary["splits"][s] for s in splits)]
+    return float(np.mean(values))
+  return float(np.mean([one(s) for s in runs.values()]))
+
+
+def _best(scores: dict[str, float], count: int = 1) -> list[str]:
+  return sorted(scores, key=lambda kind: (-scores[kind], kind))[:count]
+
+
+def missing(preset: Preset, table: dict, tasks: tuple[str, ...]) -> list[str]:
+  """The scratch cells of `tasks` (their kinds and later kinds) short of the
+  preset's seeds, as `task/kind (n of N seeds)`."""
+  out = []
+  for task in (t for t in preset.tasks if t.name in tasks):
+    runs = _scratch(table, task.name)
+    for kind in (task.kinds or preset.kinds) + task.later_kinds:
+      have = len(set(runs.get(kind, {})) & set(preset.seeds))
+      if have < len(preset.seeds):
+        out.append(f"{task.name}/{kind} ({have} of {len(preset.seeds)} seeds)")
+  return out
+
+
+def mixed_pairings(table: dict) -> tuple[str, ...]:
+  """`rope+X`, `spectral+X`, `rope+Y` by the module's rule, from complete cells."""
+  dyck, listops = _scratch(table, DYCK), _scratch(table, LISTOPS)
+  candidates = [k for k in dyck if k in listops and "+" not in k and positions.is_valid_kind(k)
+                and positions.get(k).interface != "rotary"
+                and all(positions.is_valid_kind(f"{eye}+{k}") for eye in ("rope", "spectral"))]
+  if len(candidates) < 2:
+    raise ValueError(f"mixed pairings: {len(candidates)} candidate kinds, 2 needed")
+  x = _best({k: _score(dyck[k], ("k8_m20.test",)) for k in candidates})[0]
+  y = _best({k: _score(listops[k], ("test_depth",)) for k in candidates if k != x})[0]
+  return (f"rope+{x}", f"spectral+{x}", f"rope+{y}")
+
+
+def five_best(table: dict) -> tuple[str, ...]:
+  """The five roster kinds best on Dyck's held-out splits, from complete cells."""
+  dyck = _scratch(table, DYCK)
+  roster = [k for k in dyck if k in ROSTER_KINDS]
+  if len(roster) < 5:
+    raise ValueError(f"five best: {len(roster)} roster kinds on {DYCK}, 5 needed")
+  held_out = tuple(s for s in next(iter(dyck[roster[0]].values()))["splits"] if s != "valid")
+  return tuple(_best({k: _score(dyck[k], held_out) for k in roster}, 5))
+
+
+def extend(preset: Preset, results_dir: str) -> Preset:
+  """`preset` with the choices its results allow: the mixed pairings as later
+  kinds of Dyck and `listops_depth` once both tasks' cells are complete, the
+  five best as later kinds of `dyck_5layer` once Dyck's are."""
+  table = extrapolation_report.cells(extrapolation_report.load_summaries(results_dir))
+  later = {}
+  if not missing(preset, table, (DYCK,)):
+    later[DYCK_5LAYER] = five_best(table)
+    if not missing(preset, table, (DYCK, LISTOPS)):
+      later[DYCK] = later[LISTOPS] = mixed_pairings(table)
+  tasks = tuple(
+      dataclasses.replace(t, later_kinds=t.later_kinds + tuple(
+          k for k in later.get(t.name, ()) if k not in t.later_kinds)) for t in preset.tasks)
+  return dataclasses.replace(preset, tasks=tasks)
+
+
+def main() -> int:
+  import extrapolation_presets  # pylint: disable=g-import-not-at-top
+  preset = extrapolation_presets.PRESETS["converged"]
+  table = extrapolation_report.cells(extrapolation_report.load_summaries(RESULTS))
+  for what, tasks, choose in (("five best on the 5-layer model", (DYCK,), five_best),
+                              ("mixed pairings", (DYCK, LISTOPS), mixed_pairings)):
+    lacking = missing(preset, table, tasks)
+    if lacking:
+      print(f"{what}: not yet; {len(lacking)} cells short, e.g. {', '.join(lacking[:4])}")
+    else:
+      print(f"{what}: {', '.join(choose(table))}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,93 @@
+"""The converged sweep's choices from the roster's results (benchmarks/roster_choices.py)."""
+
+import json
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+import extrapolation_runs as runs_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+import roster_choices  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+ROSTER = ("fire", "cope", "t5", "kerple_log", "sin_cos", "learnt")
+PRESET = runs_lib.Preset(
+    tasks=(runs_lib.TaskSpec("dyck", later_kinds=ROSTER),
+           runs_lib.TaskSpec("listops_depth", later_kinds=ROSTER),
+           runs_lib.TaskSpec("dyck_5layer", config_name="dyck", kinds=("rope", "alibi"))),
+    kinds=("rope", "alibi", "nope", "spectral"), seeds=(0, 1), extend=roster_choices.extend)
+# Dyck: closing-bracket accuracy on k8_m20.test and test_depth alike. sin_cos
+# is best but absolute (it does not mix); alibi is the best candidate (X).
+# kerple_log and learnt tie: the five best take kerple_log (alphabetical).
+DYCK = dict(sin_cos=0.95, alibi=0.85, fire=0.80, cope=0.70, t5=0.60, nope=0.6, spectral=0.5,
+            rope=0.4, kerple_log=0.3, learnt=0.3)
+# listops_depth test_depth: rope (rotary) and alibi (X) aside, t5 is best (Y).
+LISTOPS = dict(rope=0.95, sin_cos=0.99, alibi=0.9, t5=0.85, fire=0.8, cope=0.7, nope=0.5,
+               spectral=0.9, kerple_log=0.6, learnt=0.4)
+
+
+def _write(results, task, kind, seed, splits):
+  path = os.path.join(results, task, "scratch", kind, f"seed{seed}.json")
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(dict(task=task, kind=kind, arm="scratch", group=kind, seed=seed, splits=splits), f)
+
+
+def _results(tmp_path, skip=()):
+  results = str(tmp_path)
+  for seed in (0, 1):
+    for kind, a in DYCK.items():
+      if ("dyck", kind, seed) not in skip:
+        _write(results, "dyck", kind, seed, {
+            "valid": dict(accuracy=1.0, close_accuracy=0.1),  # not a held-out split
+            "test_depth": dict(accuracy=0.0, close_accuracy=a),
+            "k8_m20.test": dict(accuracy=0.0, close_accuracy=a + 0.01 * seed)})
+    for kind, a in LISTOPS.items():
+      if ("listops_depth", kind, seed) not in skip:
+        _write(results, "listops_depth", kind, seed, {"test_depth": dict(accuracy=a)})
+  return results
+
+
+def _later(preset):
+  return {t.name: t.later_kinds for t in preset.tasks}
+
+
+def test_choices_by_the_fixed_rules_once_the_roster_is_complete(tmp_path):
+  extended = PRESET.resolved(_results(tmp_path))
+  mixed = ("rope+alibi", "spectral+alibi", "rope+t5")
+  assert _later(extended) == {"dyck": ROSTER + mixed, "listops_depth": ROSTER + mixed,
+                              "dyck_5layer": ("sin_cos", "fire", "cope", "t5", "kerple_log")}
+  names = {r.name for r in extended.runs()}
+  assert {"dyck/scratch/spectral+alibi/seed1", "listops_depth/scratch/rope+t5/seed0",
+          "dyck_5layer/scratch/kerple_log/seed1"} <= names
+  assert extended.resolved(_results(tmp_path)) == extended  # applied twice: the same
+
+
+def test_no_choice_before_the_cells_it_reads_are_complete(tmp_path):
+  # One listops seed short: the five best (Dyck alone) are chosen, the pairings not.
+  extended = PRESET.resolved(_results(tmp_path / "a", skip={("listops_depth", "fire", 1)}))
+  assert _later(extended)["dyck"] == ROSTER and _later(extended)["listops_depth"] == ROSTER
+  assert len(_later(extended)["dyck_5layer"]) == 5
+  # One Dyck seed short: nothing.
+  assert PRESET.resolved(_results(tmp_path / "b", skip={("dyck", "learnt", 0)})) == PRESET
+  assert roster_choices.missing(PRESET, {}, ("dyck",))[0] == "dyck/rope (0 of 2 seeds)"
+
+
+def test_mixed_pairings_need_two_candidates():
+  table = {"dyck": {("scratch", "rope"): {}}, "listops_depth": {("scratch", "rope"): {}}}
+  with pytest.raises(ValueError, match="mixed pairings: 0 candidate kinds, 2 needed"):
+    roster_choices.mixed_pairings(table)
+
+
+def test_the_converged_preset_takes_what_its_committed_results_allow():
+  import extrapolation_presets  # pylint: disable=g-import-not-at-top
+  import extrapolation_report  # pylint: disable=g-import-not-at-top
+  preset = extrapolation_presets.PRESETS["converged"]
+  assert preset.extend is roster_choices.extend
+  table = extrapolation_report.cells(extrapolation_report.load_summaries(roster_choices.RESULTS))
+  resolved = preset.resolved(roster_choices.RESULTS)
+  if roster_choices.missing(preset, table, ("dyck",)):  # the roster has not landed
+    assert resolved == preset
+  else:
+    assert _later(resolved)["dyck_5layer"] == roster_choices.five_best(table)
