@@ -65,8 +65,10 @@ def _best(scores: dict[str, float], count: int = 1) -> list[str]:
 
 def missing(preset: Preset, table: dict, tasks: tuple[str, ...]) -> list[str]:
   """The scratch cells of `tasks` (their kinds and later kinds) short of the
-  preset's seeds, as `task/kind (n of N seeds)`."""
-  out = []
+  preset's seeds, as `task/kind (n of N seeds)`; a task the preset lacks
+  (`--tasks` left it out) counts as short, so no choice is made without it."""
+  out = [f"{name} (not in the preset)" for name in tasks
+         if name not in {t.name for t in preset.tasks}]
   for task in (t for t in preset.tasks if t.name in tasks):
     runs = _scratch(table, task.name)
     for kind in (task.kinds or preset.kinds) + task.later_kinds:

@@ -72,6 +72,10 @@ def test_no_choice_before_the_cells_it_reads_are_complete(tmp_path):
   # One Dyck seed short: nothing.
   assert PRESET.resolved(_results(tmp_path / "b", skip={("dyck", "learnt", 0)})) == PRESET
   assert roster_choices.missing(PRESET, {}, ("dyck",))[0] == "dyck/rope (0 of 2 seeds)"
+  # A preset restricted to Dyck (--tasks) chooses no pairings: it cannot read listops_depth.
+  complete = _results(tmp_path / "c")
+  only_dyck = PRESET.only(["dyck", "dyck_5layer"]).resolved(complete)
+  assert _later(only_dyck)["dyck"] == ROSTER and len(_later(only_dyck)["dyck_5layer"]) == 5
 
 
 def test_mixed_pairings_need_two_candidates():
