@@ -273,7 +273,9 @@ def size_comparison(small: str, large: str, small_groups: dict, large_groups: di
     return ""
   first = [next(iter(sc[kinds[0]].values())) for sc in scratch]
   splits = [s for s in first[0]["splits"] if s in first[1]["splits"] and s != "valid"]
-  close = all(_value(f, splits[0], "close_accuracy") is not None for f in first) if splits else False
+  if not splits:
+    return ""
+  close = all(_value(f, splits[0], "close_accuracy") is not None for f in first)
   metric = "close_accuracy" if close else "accuracy"
   values = [{split: {k: v for k in kinds if (v := _seed_values(sc[k], split, metric))}
              for split in splits} for sc in scratch]
@@ -490,8 +492,10 @@ def ranks_over_training_time(scratch: dict, splits: list[str], metric: str) -> s
   """Per split, each kind's rank (by mean over seeds) at every step all the
   `scratch` cells were evaluated at, and the rank correlation of the first
   step's ranking with the last's; "" with fewer than two kinds or steps."""
+  if len(scratch) < 2:
+    return ""
   steps = sorted(set.intersection(*(set(_at_steps(runs)) for runs in scratch.values())))
-  if len(scratch) < 2 or len(steps) < 2:
+  if len(steps) < 2:
     return ""
   means = {(step, split): {g: i["mean"] for g, runs in scratch.items()
                            if (i := _step_interval(runs, step, split, metric)) is not None}
