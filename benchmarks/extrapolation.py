@@ -47,8 +47,8 @@ the others the `sensitivity` arm labelled `lr<rate>`; each summary's
 `seconds` is its share of the population's time. `--limit N` stops after N
 runs (populations): one ~10-minute accelerator command is `--limit 1`.
 `--stop_by 2.5h` (or `HH:MM`) starts no run expected to end after then (the
-median time of the finished runs like it), but the next in the order that
-fits, for a machine lent for a while.
+median time of the finished runs of its kind, else the longest of its task's),
+but the next in the order that fits, for a machine lent for a while.
 
 Budgets (`--calibrate`): for each task, `rope` (seed 0) trains up to the
 preset's `max_steps`, evaluated on `valid` every `interval` steps; the task's
@@ -611,16 +611,17 @@ class Sweep:
 
   def expected_seconds(self, unit: Run | PopulationRun) -> float | None:
     """How long `unit` will take: the median `seconds` of the finished runs of
-    its task, arm and group (kind and label), else of its task and arm; None
-    without any (or for a population)."""
+    its task, arm and group (kind and label); for a group not run yet, the
+    longest of its task's and arm's (a kind may step several times slower
+    than another); None without any (or for a population)."""
     if isinstance(unit, PopulationRun):
       return None
     arm_dir = os.path.join(self.results_dir, unit.task.name, unit.arm)
-    for group in (unit.group, "*"):
+    for group, statistic in ((unit.group, np.median), ("*", np.max)):
       seconds = [s for path in glob.glob(os.path.join(arm_dir, group, "seed*.json"))
                  if isinstance(s := (_read_json(path) or {}).get("seconds"), (int, float))]
       if seconds:
-        return float(np.median(seconds))
+        return float(statistic(seconds))
     return None
 
   def _fits(self, unit: Run | PopulationRun, stop_by: float, passed_over: set[str]) -> bool:
@@ -758,7 +759,7 @@ _LIMIT = flags.DEFINE_integer(
     "limit", None, "Run at most this many runs (a population counts as one), then report.")
 _STOP_BY = flags.DEFINE_string(
     "stop_by", None, "Start no run expected to end after this (the median time of the finished "
-    "runs of its task, arm and kind, else of its task and arm), but the next in the order that "
+    "runs of its task, arm and kind, else the longest of its task's and arm's), but the next in the order that "
     "fits; the runs in flight finish (the sweep's runs; not --calibrate's). A duration (90m, "
     "2.5h), HH:MM (next occurrence) or YYYY-MM-DDTHH:MM, local time: for a machine lent for a "
     "while, where a run cut off is lost.")

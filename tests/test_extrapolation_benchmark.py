@@ -897,7 +897,7 @@ def test_expected_seconds_from_finished_runs_like_it(tmp_path):
   _finished(results, ex.Run(TASK, "bifocal_heads", 0), 1000)
   assert sweep.expected_seconds(ex.Run(TASK, "rope", 7)) == 200  # its kind's median
   assert sweep.expected_seconds(ex.Run(TASK, "bifocal_heads", 1)) == 1000
-  assert sweep.expected_seconds(ex.Run(TASK, "nope", 0)) == 250  # the task's and arm's
+  assert sweep.expected_seconds(ex.Run(TASK, "nope", 0)) == 1000  # the task's longest
   assert sweep.expected_seconds(ex.Run(TASK, "rope", 0, arm="continue")) is None
 
 
