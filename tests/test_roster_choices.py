@@ -95,3 +95,11 @@ def test_the_converged_preset_takes_what_its_committed_results_allow():
     assert resolved == preset
   else:
     assert _later(resolved)["dyck_5layer"] == roster_choices.five_best(table)
+
+
+def test_the_command_prints_each_choice_or_what_it_waits_for(capsys):
+  assert roster_choices.main() == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert [line.split(":")[0] for line in lines] == ["five best on the 5-layer model",
+                                                    "mixed pairings"]
+  assert all("not yet;" in line or "+" in line or "," in line for line in lines), lines
