@@ -110,9 +110,10 @@ from extrapolation_runs import (  # pylint: disable=g-import-not-at-top,wrong-im
     published_file, write_atomically)
 from bifocal_jax import host  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from extrapolation_report import BUDGETS_FILE, read_results_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 RESULTS_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
 FAILED_FILE = "failed.txt"
-BUDGETS_FILE = "budgets.json"
 TAIL_LINES = 40
 TOOK = "# took "  # the line `_execute` appends to a log when its command ends
 
@@ -247,7 +248,9 @@ def _git_commit() -> str | None:
 
 
 def load_budgets(results_dir: str) -> dict:
-  return _read_json(os.path.join(results_dir, BUDGETS_FILE)) or {}
+  """`budgets.json` ({} before any calibration); a ValueError naming it if it
+  is malformed, so that no calibration writes over it."""
+  return read_results_file(os.path.join(results_dir, BUDGETS_FILE)) or {}
 
 
 def calibration_record(task: TaskSpec, workdir: str, learned: float = LEARNED,

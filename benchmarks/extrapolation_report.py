@@ -40,11 +40,36 @@ END_MARK = "<!-- END extrapolation summary -->"
 BUDGETS_FILE = "budgets.json"
 
 
+SUMMARY_KEYS = ("task", "arm", "group", "seed", "splits")
+
+
+def read_results_file(path: str) -> dict | None:
+  """A JSON object of the results directory (a run summary, `budgets.json`):
+  None if the file is absent; a ValueError naming it if it cannot be read or
+  is not a JSON object (nothing is rewritten over it)."""
+  try:
+    with open(path) as f:
+      data = json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ValueError(f"{path}: not readable as JSON ({e}); fix it or restore it "
+                     "(git checkout) before the sweep or its report reads it") from None
+  if not isinstance(data, dict):
+    raise ValueError(f"{path}: a JSON {type(data).__name__}, not an object")
+  return data
+
+
 def load_summaries(results_dir: str) -> list[dict]:
+  """Every run summary under `results_dir` (`seed*.json`); a ValueError naming
+  a file that is malformed or lacks a summary's keys."""
   out = []
   for path in sorted(glob.glob(os.path.join(results_dir, "**", "seed*.json"), recursive=True)):
-    with open(path) as f:
-      out.append(json.load(f))
+    summary = read_results_file(path)
+    lacking = [k for k in SUMMARY_KEYS if k not in summary]
+    if lacking:
+      raise ValueError(f"{path}: not a run summary (no {', '.join(lacking)})")
+    out.append(summary)
   return out
 
 
@@ -611,11 +636,7 @@ def plot_task(task: str, groups: dict, path: str) -> str | None:
 def _read_budgets(results_dir: str) -> dict:
   """`budgets.json` of `results_dir` ({} before the calibration; this module
   reads the results directory alone, without the sweep's flags)."""
-  path = os.path.join(results_dir, BUDGETS_FILE)
-  if not os.path.exists(path):
-    return {}
-  with open(path) as f:
-    return json.load(f)
+  return read_results_file(os.path.join(results_dir, BUDGETS_FILE)) or {}
 
 
 def budgets_section(preset, budgets: dict) -> str:

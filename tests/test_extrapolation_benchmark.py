@@ -1170,6 +1170,32 @@ def test_bad_shards_are_one_clear_error(value, message):
   assert ex.parse_shard("2/5") == (2, 5)
 
 
+def test_malformed_results_files_are_named_and_left_as_they_are(tmp_path, monkeypatch):
+  results = tmp_path / "results"
+  summary = results / "odds_first" / "scratch" / "rope" / "seed0.json"
+  summary.parent.mkdir(parents=True)
+  summary.write_text('{"task": "odds_first", "arm"')  # cut off
+  with pytest.raises(ValueError, match=f"{summary}: not readable as JSON"):
+    report_lib.load_summaries(str(results))
+  summary.write_text('{"task": "odds_first", "arm": "scratch"}')
+  with pytest.raises(ValueError, match=f"{summary}: not a run summary \\(no group, seed, splits\\)"):
+    report_lib.load_summaries(str(results))
+  summary.write_text("[1, 2]")
+  with pytest.raises(ValueError, match="a JSON list, not an object"):
+    report_lib.load_summaries(str(results))
+  # A malformed budgets file: calibration stops before any run, the file untouched.
+  budgets = results / ex.BUDGETS_FILE
+  budgets.write_text('{"odds_first": {"budget": 4')
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(results), log=lambda m: None)
+  monkeypatch.setattr(ex, "execute", lambda *a, **k: pytest.fail("a run started"))
+  with pytest.raises(ValueError, match=f"{budgets}: not readable as JSON"):
+    sweep.calibrate()
+  with pytest.raises(ValueError, match=f"{budgets}: not readable as JSON"):
+    sweep.pending()
+  assert budgets.read_text() == '{"odds_first": {"budget": 4'
+  assert ex.load_budgets(str(tmp_path / "none")) == {}  # absent: not calibrated yet
+
+
 def test_dry_run_lists_the_shards_runs(tmp_path):
   names = []
   for shard in ("0/2", "1/2", None):
@@ -1184,6 +1210,15 @@ def test_dry_run_lists_the_shards_runs(tmp_path):
   assert bad.returncode == 2 and "shard='2/2': needs 0 <= i < N" in bad.stderr
   bad = _cli("--preset=population_smoke", "--stop_by=soon", "--dry_run", timeout=120)
   assert bad.returncode == 2 and "stop_by='soon': expected a duration" in bad.stderr
+  broken = tmp_path / "broken"
+  broken.mkdir()
+  (broken / "budgets.json").write_text("{")
+  bad = _cli("--preset=smoke", f"--results={broken}", f"--out={tmp_path / 'o'}", "--dry_run",
+             timeout=120)
+  assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+      f"error: {broken / 'budgets.json'}: not readable as JSON (Expecting property name enclosed "
+      "in double quotes: line 1 column 2 (char 1)); fix it or restore it (git checkout) before the "
+      "sweep or its report reads it"], bad.stderr
 
 
 def test_the_converged_sweep_runs_the_roster_after_the_verdicts_seeds():
