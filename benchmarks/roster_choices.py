@@ -132,4 +132,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  try:
+    sys.exit(main())
+  except ValueError as e:  # a malformed results file, named
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
