@@ -6,11 +6,13 @@ the hand-written backward passes (attention, rotary angles, LayerNorm), cannot
 change what training computes without this test saying so. The tolerances admit the
 rounding differences of another CPU's vector units, and of XLA's optimisations
 (recorded from optimised programs; the tests compile with most optimisations
-off, `conftest.py`), not a different gradient.
+off, `conftest.py`, and one test here checks the optimised programs users run),
+not a different gradient.
 To re-record after an intended change: run this file with `GOLDEN_PRINT=1`
 and paste the printed table.
 """
 
+import json
 import os
 
 import jax
@@ -71,3 +73,22 @@ def test_first_steps_match_the_recorded_numbers(kind):
     # Step 1 is a single forward/backward pass; step 10 has compounded nine updates.
     rtol = 1e-5 if step == 1 else 1e-4
     np.testing.assert_allclose(got[step], expected, rtol=rtol, err_msg=f"{kind} step {step}")
+
+
+OPTIMISED = """
+import json
+import test_golden
+print("GOT", json.dumps(test_golden._run("bifocal", num_steps=10)))
+"""
+
+
+def test_the_optimised_programs_users_run_match_too():
+  """The suite compiles with most of XLA's optimisations off (`conftest.py`);
+  users' runs compile with them on. The bifocal kind's numbers from those, in
+  a fresh process without a compilation cache (the flag is not part of its
+  key, so a shared cache could hand back the other kind of program)."""
+  stdout = helpers.run_python(OPTIMISED, JAX_DISABLE_MOST_OPTIMIZATIONS="0")
+  got = {int(step): values for step, values in json.loads(stdout.split("GOT", 1)[1]).items()}
+  for step, expected in GOLDEN["bifocal"].items():
+    np.testing.assert_allclose(got[step], expected, rtol=1e-5 if step == 1 else 1e-4,
+                               err_msg=f"optimised, step {step}")
