@@ -110,7 +110,7 @@ from extrapolation_runs import (  # pylint: disable=g-import-not-at-top,wrong-im
     published_file, write_atomically)
 from bifocal_jax import host  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from extrapolation_report import BUDGETS_FILE, read_results_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+from extrapolation_report import BUDGETS_FILE, load_budgets  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 RESULTS_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
 FAILED_FILE = "failed.txt"
@@ -245,12 +245,6 @@ def _git_commit() -> str | None:
                           capture_output=True, timeout=10).stdout.strip() or None
   except (OSError, subprocess.SubprocessError):
     return None
-
-
-def load_budgets(results_dir: str) -> dict:
-  """`budgets.json` ({} before any calibration); a ValueError naming it if it
-  is malformed, so that no calibration writes over it."""
-  return read_results_file(os.path.join(results_dir, BUDGETS_FILE)) or {}
 
 
 def calibration_record(task: TaskSpec, workdir: str, learned: float = LEARNED,
@@ -762,8 +756,8 @@ _LIMIT = flags.DEFINE_integer(
     "limit", None, "Run at most this many runs (a population counts as one), then report.")
 _STOP_BY = flags.DEFINE_string(
     "stop_by", None, "Start no run expected to end after this (the median time of the finished "
-    "runs of its task, arm and kind, else the longest of its task's and arm's), but the next in the order that "
-    "fits; the runs in flight finish (the sweep's runs; not --calibrate's). A duration (90m, "
+    "runs of its task, arm and kind, else the longest of its task's and arm's), but the next "
+    "in the order that fits; the runs in flight finish (the sweep's runs; not --calibrate's). A duration (90m, "
     "2.5h), HH:MM (next occurrence) or YYYY-MM-DDTHH:MM, local time: for a machine lent for a "
     "while, where a run cut off is lost.")
 _TASKS = flags.DEFINE_list(

@@ -311,13 +311,13 @@ def size_comparison(small: str, large: str, small_groups: dict, large_groups: di
     layers = f.get("overrides", {}).get("model.num_layers")
     names.append(f"`{task}` ({f'{layers} layers, ' if layers else ''}{f['steps']:,} steps)")
   order = sorted(kinds, key=lambda k: -np.mean([means[1][s].get(k, -1.0) for s in splits]))
+  ranks_by_split = [[_ranks(m[split]) for m in means] for split in splits]
   header = ["position", "seeds", *splits]
   rows = [header, ["---"] * len(header)]
   for kind in order:
     seeds = f"{len(scratch[0][kind])} / {len(scratch[1][kind])}"
     cells = []
-    for split in splits:
-      ranks = [_ranks(m[split]) for m in means]
+    for split, ranks in zip(splits, ranks_by_split):
       cells.append(" / ".join(f"{m[split][kind]:.3f} ({r[kind]})" if kind in m[split] else "-"
                               for m, r in zip(means, ranks)))
     rows.append([kind, seeds, *cells])
@@ -633,9 +633,9 @@ def plot_task(task: str, groups: dict, path: str) -> str | None:
   return path
 
 
-def _read_budgets(results_dir: str) -> dict:
-  """`budgets.json` of `results_dir` ({} before the calibration; this module
-  reads the results directory alone, without the sweep's flags)."""
+def load_budgets(results_dir: str) -> dict:
+  """`budgets.json` of `results_dir` ({} before any calibration); a ValueError
+  naming it if it is malformed, so that no calibration writes over it."""
   return read_results_file(os.path.join(results_dir, BUDGETS_FILE)) or {}
 
 
@@ -682,7 +682,7 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
   plots_dir = plots_dir or os.path.join(results_dir, "plots")
   link_base = link_base or results_dir
   summaries = load_summaries(results_dir)
-  budgets = _read_budgets(results_dir)
+  budgets = load_budgets(results_dir)
   # Runs of tasks not learned at their budget are never made: not counted.
   total = len([r for r in preset.runs()
                if not preset.calibrated or (budgets.get(r.task.name) or {}).get("budget")])

@@ -648,6 +648,10 @@ def test_report_ranks_kinds_at_each_step_and_correlates_first_with_last():
                                              "accuracy") == ""
   assert report_lib._spearman({"a": 1, "b": 2, "c": 2}, {"a": 1, "b": 2, "c": 3}) == (
       pytest.approx(np.corrcoef([1, 2.5, 2.5], [1, 2, 3])[0, 1]))
+  scipy_stats = pytest.importorskip("scipy.stats")
+  a, b = {"a": 0.3, "b": 0.9, "c": 0.9, "d": 0.1}, {"a": 0.5, "b": 0.2, "c": 0.8, "d": 0.4}
+  assert report_lib._spearman(a, b) == pytest.approx(
+      scipy_stats.spearmanr([a[k] for k in "abcd"], [b[k] for k in "abcd"]).statistic)
 
 
 def test_report_blocks_of_two_presets_live_side_by_side(tmp_path):
