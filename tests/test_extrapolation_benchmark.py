@@ -549,6 +549,48 @@ def test_report_compares_rankings_of_one_task_at_two_model_sizes(tmp_path):
   assert "### Model size" not in report_lib.report(only_small, results)
 
 
+def test_report_pairs_randomized_encodings_with_their_bases_and_across_tasks(tmp_path):
+  """Each `randomized_<kind>` against `<kind>` in its task's paired tables, and
+  across the tasks scored by the Chomsky-hierarchy protocol: the paired mean of
+  `che_score` per (task, pair), their best seeds, and the mean over the rows."""
+  results = str(tmp_path)
+  summaries = []
+  # odds_first: randomized_rope +0.10 on every seed (decided), best 0.75 against 0.60;
+  # bucket_sort: randomized_alibi -0.02 .. +0.02 (not decided), best 0.92 against 0.90.
+  for task, base, randomized in (("odds_first", "rope", (0.10, 0.10, 0.10)),
+                                 ("bucket_sort", "alibi", (-0.02, 0.0, 0.02))):
+    for seed in range(3):
+      for kind, score in ((base, 0.5 + 0.05 * seed + 0.3 * (task == "bucket_sort")),
+                          (f"randomized_{base}", None)):
+        value = score if score is not None else (0.5 + 0.05 * seed + 0.3 * (task == "bucket_sort")
+                                                 + randomized[seed])
+        s = _summary(kind, seed, valid=0.9, che=value)
+        s["task"] = task
+        s["splits"]["che"]["che_score"] = value
+        summaries.append(s)
+  summaries.append(_summary("randomized_learnt", 0, valid=0.9, che=0.7))  # no `learnt`: unpaired
+  _write(results, summaries)
+  preset = ex.Preset(tasks=(ex.TaskSpec("odds_first", ("valid",)),
+                            ex.TaskSpec("bucket_sort", ("valid",))),
+                     kinds=("rope", "alibi"), seeds=(0, 1, 2))
+  markdown = report_lib.report(preset, results)
+  in_task = _rows(markdown, "randomized_rope (scratch) - rope (scratch)")[0]
+  assert in_task[1] == "3" and in_task[4].startswith("**+0.100 [")  # loss, valid, che
+  assert "randomized_learnt (scratch) - learnt" not in markdown
+  section = markdown.split("### Randomization", 1)[1]
+  rows = {(r[0], r[1]): r[2:] for r in _rows(section, "") if r[0] not in ("task", "---")}
+  assert rows[("odds_first", "randomized_rope - rope")][:2] == ["3", "**+0.100 [+0.100, +0.100]**"]
+  assert rows[("odds_first", "randomized_rope - rope")][2] == "0.700 / 0.600 (+0.100)"
+  bucket = rows[("bucket_sort", "randomized_alibi - alibi")]
+  assert bucket[1].startswith("+0.000 [") and not bucket[1].startswith("**")
+  assert bucket[2] == "0.920 / 0.900 (+0.020)"
+  assert rows[("mean over the 2 rows", "")][1:] == ["+0.050", "(+0.060)"]
+  without = ex.Preset(tasks=(ex.TaskSpec("odds_first", ("valid",)),), kinds=("rope",),
+                      seeds=(0,))
+  _write(str(tmp_path / "plain"), [_summary("rope", 0, valid=0.9, che=0.5)])
+  assert "### Randomization" not in report_lib.report(without, str(tmp_path / "plain"))
+
+
 def test_report_probe_table_means_per_cell_scratch_arms_first(tmp_path):
   results = str(tmp_path)
   summaries = []
