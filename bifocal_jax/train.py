@@ -151,9 +151,10 @@ def _loop(config, workdir: str, ckpt, job: _Job, state, start: int,
         step += 1
         window.add(step_metrics)
         job.meter.count(batch)
-        if is_due(step, config.log_every, config.steps):
-          summary = job.log(step, window, job.meter.rates(), state,
-                            with_valid=is_due(step, config.eval_every, config.steps))
+        # An evaluation step logs too, whether or not `log_every` divides it.
+        evaluate = is_due(step, config.eval_every, config.steps)
+        if evaluate or is_due(step, config.log_every, config.steps):
+          summary = job.log(step, window, job.meter.rates(), state, with_valid=evaluate)
           window = metrics_lib.MetricsWindow()
           job.meter.reset()
           if bar is not None:

@@ -67,6 +67,17 @@ def test_workdir_keeps_the_resolved_config_the_metrics_and_tensorboard(bifocal_r
   assert any(name.startswith("events.out.tfevents") for name in events)
 
 
+def test_evaluates_every_eval_every_steps_where_log_every_does_not_divide_them(tmp_path):
+  """eval_every=6 beside log_every=4: the valid evaluations come at 6 and 12,
+  logged with the window since the last record (steps 5-6, 9-12)."""
+  config = helpers.tiny_config({"steps": 12, "log_every": 4, "eval_every": 6,
+                                "checkpoint_every": 12, "spectral.freeze_steps": 0})
+  train.train_and_evaluate(config, str(tmp_path))
+  records = helpers.read_metrics(str(tmp_path))
+  assert [r["step"] for r in records] == [4, 6, 8, 12]
+  assert [r["step"] for r in records if "valid_token_accuracy" in r] == [6, 12]
+
+
 def test_trajectory_starts_geometric_stays_through_the_freeze_then_evolves(bifocal_run):
   workdir, config, _ = bifocal_run
   steps, frequencies = analysis.load_trajectory(workdir)
