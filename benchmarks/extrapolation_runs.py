@@ -9,6 +9,7 @@ what the arms, populations, budgets and shards are."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import os
 import sys
@@ -204,6 +205,7 @@ class Run:
               for k, v in self.setting})
     if self.source() is not None:
       o["init_from"] = self.source().workdir(out)
+    o.update(_keeping(self.task, o, self.checkpoint_steps(budget)))
     return o
 
   def train_command(self, out: str, budget: int) -> list[str]:
@@ -221,6 +223,31 @@ class Run:
 
   def checkpoint_eval_command(self, out: str, steps: Sequence[int]) -> list[str]:
     return eval_command(self.task, self.kind, self.workdir(out), out, steps=steps)
+
+
+def _keeping(task: TaskSpec, overrides: dict, steps: Sequence[int]) -> dict:
+  """`keep_checkpoints` large enough that the checkpoints at `steps`, which
+  are evaluated after training, outlive the newer ones (Orbax keeps the
+  newest `keep_checkpoints`); a ValueError where no checkpoint is saved at one."""
+  if not steps:
+    return {}
+  every = overrides.get("checkpoint_every") or _config_value(task.config, "checkpoint_every")
+  keep = overrides.get("keep_checkpoints") or _config_value(task.config, "keep_checkpoints")
+  missed = [s for s in steps if s % every]
+  if missed:
+    raise ValueError(f"task {task.name!r}: no checkpoint at steps {missed} to evaluate "
+                     f"(checkpoint_every={every}); make it divide them")
+  # the saves at min(steps), ..., the last multiple of `every`, and the final step
+  needed = (overrides["steps"] - min(steps)) // every + 2
+  return {"keep_checkpoints": max(keep, needed)}
+
+
+@functools.lru_cache
+def _config_value(config: str, key: str):
+  """`key` of the config `config` (`TaskSpec.config`: `configs/NAME.py[:variant]`)."""
+  from bifocal_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  path, _, variant = config.partition(":")
+  return config_lib.load_file(os.path.join(REPO, path), variant or None)[key]
 
 
 def checkpoint_results_path(workdir: str, step: int) -> str:

@@ -250,15 +250,27 @@ def test_a_task_without_a_just_fit_budget_reads_it_off_its_calibration(tmp_path)
       ex.Run(task, "rope", 0).train_command("/o", 8000))
 
 
-@pytest.mark.parametrize("name", ["converged", "converged_chomsky"])
+@pytest.mark.parametrize("name", ["smoke", "converged", "converged_chomsky"])
 def test_every_checkpoint_a_converged_run_is_evaluated_at_is_kept(name):
+  """At the cap and at a budget short of it that checkpoint_every does not
+  divide (converged_chomsky's bucket_sort: 875 of 1,000 steps, saves every 250,
+  the evaluated 250 and 500 older than the newest 3 of the config's default)."""
   for task in ex.PRESETS[name].tasks:
-    o = dict(task.overrides)
-    every, keep = o.get("checkpoint_every", 500), o.get("keep_checkpoints")
-    kept = set(range(every, task.max_steps + 1, every))
-    if keep:
-      kept = set(sorted(kept)[-keep:])
-    assert set(task.checkpoint_steps(task.max_steps)) <= kept, task.name
+    for budget in (task.max_steps, task.max_steps * 7 // 8 + 1):
+      run = ex.Run(task, "rope", 0)
+      o = run.overrides("/o", budget)
+      saved = sorted(set(range(o["checkpoint_every"], o["steps"] + 1, o["checkpoint_every"]))
+                     | {o["steps"]})
+      kept = set(saved[-o["keep_checkpoints"]:])
+      assert set(run.checkpoint_steps(budget)) <= kept, (task.name, budget)
+
+
+def test_a_run_evaluated_at_a_step_no_checkpoint_is_saved_at_is_refused():
+  task = ex.TaskSpec("dyck", overrides=(("checkpoint_every", 300),), at_steps=(500, 1000))
+  with pytest.raises(ValueError, match=r"'dyck': no checkpoint at steps \[500, 1000\]"):
+    ex.Run(task, "rope", 0).overrides("/o", 2000)
+  assert "keep_checkpoints" not in ex.Run(dataclasses.replace(task, at_steps=()), "rope",
+                                           0).overrides("/o", 2000)
 
 
 def test_convergence_budget_is_the_first_step_whose_last_quarter_gained_little():
@@ -305,7 +317,8 @@ def test_checkpoint_steps_are_the_multiples_of_the_just_fit_budget_before_the_en
 
 def test_summary_carries_the_curve_at_steps_and_waits_for_every_checkpoint(tmp_path):
   out = str(tmp_path)
-  task = ex.TaskSpec("odds_first", variant="tiny", at_multiples=(0.5, 1), just_fit=10)
+  task = ex.TaskSpec("odds_first", variant="tiny", at_multiples=(0.5, 1), just_fit=10,
+                     overrides=(("checkpoint_every", 5),))
   run = ex.Run(task, "rope", 0)
   workdir = fake_workdir(run, out, steps=20, accuracy=0.9)
   assert run.checkpoint_steps(20) == (5, 10)
@@ -348,7 +361,8 @@ def test_summary_needs_the_final_step_and_every_split(tmp_path):
 
 def test_a_probed_task_probes_at_its_end_and_its_summary_waits_for_the_probe(tmp_path):
   out = str(tmp_path)
-  task = ex.TaskSpec("dyck", variant="tiny", probe=True, at_multiples=(0.5,), just_fit=10)
+  task = ex.TaskSpec("dyck", variant="tiny", probe=True, at_multiples=(0.5,), just_fit=10,
+                     overrides=(("checkpoint_every", 5),))
   run = ex.Run(task, "rope", 0)
   assert "--probe" in run.eval_command(out)
   assert "--probe" not in run.checkpoint_eval_command(out, (5,))
