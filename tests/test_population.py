@@ -105,7 +105,8 @@ def test_member_logs_are_their_single_runs_and_the_frozen_are_reported(
   workdir, config, summary = population_run
   assert summary["step"] == 20 and summary["members_training"] == 2
   records = helpers.read_metrics(workdir)
-  assert [r["step"] for r in records] == [4, 8, 12, 16, 20]
+  # every log_every=4 steps, and at the evaluations (eval_every=10)
+  assert [r["step"] for r in records] == [4, 8, 10, 12, 16, 20]
   assert all(r["member_losses"][i] is None for r in records for i in BAD)
   assert all(r["members_training"] == 2 for r in records)
   # Member 2 logs what its single run logs (and has that run's config).
