@@ -112,12 +112,12 @@ def init_state(config, task, mesh, tx, *, params_override=None):
   # XLA's backend optimisations are off here (seconds of compile saved).
   init_jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
   rep = sharding_lib.replicated(mesh)
-  constants = init_jit(lambda: nnx.split(build_model(config, task), nnx.Param, ...)[2],
-                       out_shardings=rep)()
-  if params_override is None:
-    params = init_jit(lambda: nnx.split(build_model(config, task), nnx.Param, ...)[1],
-                      out_shardings=param_shardings)()
+  if params_override is None:  # one program for both: one trace, one compile
+    params, constants = init_jit(lambda: nnx.split(build_model(config, task), nnx.Param, ...)[1:],
+                                 out_shardings=(param_shardings, rep))()
   else:
+    constants = init_jit(lambda: nnx.split(build_model(config, task), nnx.Param, ...)[2],
+                         out_shardings=rep)()
     params = jax.device_put(params_override, param_shardings)
 
   spectral0 = model_lib.spectral_frequencies(nnx.merge(graphdef, params, constants))
