@@ -218,8 +218,10 @@ class Run:
 
   def checkpoint_steps(self, budget: int) -> tuple[int, ...]:
     """Earlier checkpoints evaluated into `at_steps` (scratch-like runs only:
-    a surgery or continue run is evaluated at its end)."""
-    return () if self.source() is not None else self.task.checkpoint_steps(self.steps(budget))
+    a surgery or continue run is evaluated at its end, a calibration run not at all)."""
+    if self.source() is not None or self.arm == "calibration":
+      return ()
+    return self.task.checkpoint_steps(self.steps(budget))
 
   def checkpoint_eval_command(self, out: str, steps: Sequence[int]) -> list[str]:
     return eval_command(self.task, self.kind, self.workdir(out), out, steps=steps)

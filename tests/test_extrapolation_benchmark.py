@@ -271,6 +271,10 @@ def test_a_run_evaluated_at_a_step_no_checkpoint_is_saved_at_is_refused():
     ex.Run(task, "rope", 0).overrides("/o", 2000)
   assert "keep_checkpoints" not in ex.Run(dataclasses.replace(task, at_steps=()), "rope",
                                            0).overrides("/o", 2000)
+  # A calibration run is evaluated as it trains, at its own interval, never afterwards.
+  calibration = ex.Preset(tasks=(task,), kinds=("rope",), seeds=(0,)).calibration_runs()[0]
+  assert calibration.checkpoint_steps(2000) == ()
+  assert "keep_checkpoints" not in calibration.overrides("/o", 2000)
 
 
 def test_convergence_budget_is_the_first_step_whose_last_quarter_gained_little():
