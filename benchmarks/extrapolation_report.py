@@ -407,9 +407,10 @@ def randomization_section(table: dict) -> str:
   protocol (split `che`, its score `che_score`: the mean over test lengths of
   per-length accuracy): each `randomized_<kind>` against `<kind>`, the mean
   paired difference over the seeds both have [95% interval] and the
-  difference of their best seeds (the paper reports, per task and encoding,
-  the best of 10 seeds x 3 learning rates); last, the mean over the rows: the
-  figure to set beside the paper's "+12.0% on average"."""
+  difference of their best seeds (the paper reports the best model of a
+  sweep over seeds and learning rates: RESULTS.md says what of its protocol
+  could be checked); last, the mean over the rows: the figure to set beside
+  the paper's "+12.0% on average" (its abstract)."""
   rows = [["task", "randomized - base", "seeds", "mean paired difference",
            "best seed: randomized / base (difference)"], ["---"] * 5]
   means, bests = [], []
@@ -432,8 +433,8 @@ def randomization_section(table: dict) -> str:
   return ("Randomized encodings against their base encodings (Ruoss et al. 2023) on the "
           "Chomsky-hierarchy protocol's score (`che`: mean over test lengths of per-length "
           "accuracy), paired over seeds; their headline, +12.0% on average over 15 tasks and "
-          "their encodings, is of the best of 10 seeds x 3 learning rates of much longer "
-          "training, so the best-seed column is the nearer reading:\n\n" + _markdown(rows))
+          "their encodings, is of the best model of a sweep over seeds and learning rates, "
+          "so the best-seed column is the nearer reading:\n\n" + _markdown(rows))
 
 
 def replication(groups: dict, splits: list[str], seeds: tuple[int, ...],
