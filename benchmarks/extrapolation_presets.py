@@ -124,14 +124,16 @@ _CONVERGED_DYCK_5LAYER = dataclasses.replace(
 # The Chomsky-hierarchy tasks the cpu sweep learned fastest (`cpu/budgets.json`:
 # just-fit budgets 250, 2,000 and 2,500 steps), trained up to 4x that to
 # convergence by RoPE's calibration, with every kind the encoder takes: the
-# benchmark's own encodings, their randomized variants and the field's
-# schemes with an encoder form (issue 31).
+# verdict's kinds (issue 30) for every seed first, then the benchmark's own
+# encodings, their randomized variants and the field's schemes with an
+# encoder form (issue 31).
 _CHOMSKY_JUST_FIT = {"bucket_sort": 250, "cycle_navigation": 2000, "reverse_string": 2500}
+_ENCODER_ROSTER = tuple(k for k in ROSTER_KINDS if positions.get(k).encoder)
 _CONVERGED_CHOMSKY = tuple(
     TaskSpec(name, ("valid",), overrides=_cpu_model(), max_steps=4 * fit,
              interval=max(fit // 4, 125), che=_CHE_PROTOCOL, at_multiples=(1, 2), just_fit=fit,
-             checkpoint_examples=500) for name, fit in _CHOMSKY_JUST_FIT.items())
-ENCODER_KINDS = VERDICT_KINDS + tuple(k for k in ROSTER_KINDS if positions.get(k).encoder)
+             checkpoint_examples=500, later_kinds=_ENCODER_ROSTER)
+    for name, fit in _CHOMSKY_JUST_FIT.items())
 
 PRESETS = {
     # The test: seconds per run.
@@ -178,7 +180,7 @@ PRESETS = {
         targets=(("dyck", "test_depth", 0.99), ("dyck", "k8_m20.test", 0.90))),
     # The roster on the learned Chomsky-hierarchy tasks at convergence.
     "converged_chomsky": Preset(
-        tasks=_CONVERGED_CHOMSKY, kinds=ENCODER_KINDS, seeds=(0, 1, 2, 3, 4), converged=0.002,
+        tasks=_CONVERGED_CHOMSKY, kinds=VERDICT_KINDS, seeds=(0, 1, 2, 3, 4), converged=0.002,
         in_order=True, leaderboards=True),
     # One H200: the cpu preset's tasks at the protocol's model size, each
     # (task, kind) one population of 8 seeds x 2 learning rates; fixed budgets.

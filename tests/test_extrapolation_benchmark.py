@@ -1310,3 +1310,9 @@ def test_the_converged_chomsky_sweep_runs_every_encoder_kind():
   assert kinds == encoder | {"bifocal_heads", "bifocal_pairs"}
   assert "fire" not in kinds and "kerple_log" not in kinds  # causal in their sources
   assert {r.task.name for r in preset.calibration_runs()} == set(presets_lib._CHOMSKY_JUST_FIT)
+  # The verdict's kinds (issue 30) for every seed of every task before the roster (issue 31).
+  runs = preset.runs()
+  first_roster = min(i for i, r in enumerate(runs) if r.kind in runs_lib.ROSTER_KINDS)
+  assert {(r.task.name, r.kind, r.seed) for r in runs[:first_roster]} == {
+      (t, k, s) for t in presets_lib._CHOMSKY_JUST_FIT for k in runs_lib.VERDICT_KINDS
+      for s in preset.seeds}
