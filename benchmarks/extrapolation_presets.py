@@ -115,11 +115,21 @@ _CONVERGED_LISTOPS = TaskSpec(
 # 128, its learning rate 1e-3) on the same Dyck task; `nope`, `rope`, `alibi`
 # and the spectral kinds (issue 30). Its just-fit budget is unmeasured: the
 # 2-layer model's stands in as the unit of the time axis.
+_PROTOCOL_MODEL = {"model.num_layers": 5, "model.num_heads": 8, "batch_size": 128,
+                   "learning_rate": 1e-3}
+_PROTOCOL_MODEL_KINDS = ("nope", "rope", "alibi", "spectral", "bifocal_heads", "bifocal_pairs")
 _CONVERGED_DYCK_5LAYER = dataclasses.replace(
     _CONVERGED_DYCK, name="dyck_5layer", config_name="dyck",
-    overrides=_cpu_model(**{"model.num_layers": 5, "model.num_heads": 8, "batch_size": 128,
-                            "learning_rate": 1e-3, "eval_every": 1000, "keep_checkpoints": 20}),
-    kinds=("nope", "rope", "alibi", "spectral", "bifocal_heads", "bifocal_pairs"), later_kinds=())
+    overrides=_cpu_model(**_PROTOCOL_MODEL, eval_every=1000, keep_checkpoints=20),
+    kinds=_PROTOCOL_MODEL_KINDS, later_kinds=())
+# The same model on the second depth task (issue 30 item 3), calibrated on its
+# own curve up to the 2-layer model's 8,000 steps (its just-fit budget read
+# off that curve); earlier checkpoints at 1,000, 2,000 and 4,000 steps.
+_CONVERGED_LISTOPS_5LAYER = dataclasses.replace(
+    _CONVERGED_LISTOPS, name="listops_depth_5layer", config_name="listops_depth",
+    overrides=_cpu_model(**_PROTOCOL_MODEL, eval_every=1000, keep_checkpoints=20,
+                         checkpoint_every=500),
+    kinds=_PROTOCOL_MODEL_KINDS, later_kinds=())
 
 # The Chomsky-hierarchy tasks the cpu sweep learned fastest (`cpu/budgets.json`:
 # just-fit budgets 250, 2,000 and 2,500 steps), trained up to 4x that to
@@ -165,11 +175,13 @@ PRESETS = {
     # (`convergence_budget`: RoPE's valid accuracy gains < 0.002 over the last
     # quarter, or 8x the just-fit budget), each run's curve under `at_steps`.
     # Groups in the order of issue 30's compute plan (RESULTS.md): Dyck, then
-    # listops_depth, then the 5-layer model on Dyck (the Chomsky-hierarchy
-    # protocol's; once calibrated), then the paper's protocol, then the
-    # roster (issue 31's later kinds); each task's scratch runs seed-major.
+    # listops_depth (each with the paper's protocol), then the Chomsky-hierarchy
+    # protocol's 5-layer model on Dyck and on listops_depth (each once
+    # calibrated), then the roster (issue 31's later kinds); each task's
+    # scratch runs seed-major.
     "converged": Preset(
-        tasks=(_CONVERGED_DYCK, _CONVERGED_LISTOPS, _CONVERGED_DYCK_5LAYER),
+        tasks=(_CONVERGED_DYCK, _CONVERGED_LISTOPS, _CONVERGED_DYCK_5LAYER,
+               _CONVERGED_LISTOPS_5LAYER),
         kinds=VERDICT_KINDS, seeds=(0, 1, 2, 3, 4), protocol_tasks=("dyck", "listops_depth"),
         converged=0.002,
         in_order=True, leaderboards=True,

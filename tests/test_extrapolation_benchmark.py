@@ -1302,6 +1302,33 @@ def test_the_converged_sweep_runs_the_roster_after_the_verdicts_seeds():
   assert all(runs_lib.kind_overrides(k) == {"position.kind": k} for k in runs_lib.ROSTER_KINDS)
 
 
+def test_the_converged_sweep_runs_the_protocol_model_on_both_depth_tasks_before_the_roster():
+  """Issue 30 item 3: the Chomsky-hierarchy protocol's 5-layer model (width 64,
+  8 heads, batch 128) on Dyck and on listops_depth, each sharing its 2-layer
+  task's config (so the report sets the two sizes side by side), the six kinds
+  x 5 seeds, every one of its runs before the first roster run."""
+  preset = ex.PRESETS["converged"]
+  by_name = {t.name: t for t in preset.tasks}
+  for small, large in (("dyck", "dyck_5layer"), ("listops_depth", "listops_depth_5layer")):
+    assert by_name[small].config == by_name[large].config
+    model = dict(by_name[large].overrides)
+    assert {k: model[k] for k in ("model.num_layers", "model.d_model", "model.num_heads",
+                                  "batch_size")} == {"model.num_layers": 5, "model.d_model": 64,
+                                                     "model.num_heads": 8, "batch_size": 128}
+    assert dict(by_name[small].overrides)["model.num_layers"] == 2
+  runs = [r for r in preset.runs() if r.arm == "scratch"]
+  first_roster = min(i for i, r in enumerate(runs) if r.kind in runs_lib.ROSTER_KINDS)
+  assert {(r.kind, r.seed) for r in runs[:first_roster] if r.task.name == "listops_depth_5layer"
+          } == {(k, s) for k in ("nope", "rope", "alibi", "spectral", "bifocal_heads",
+                                 "bifocal_pairs") for s in range(5)}
+  assert not [r for r in runs[first_roster:] if r.task.name.endswith("5layer")
+              and r.kind not in runs_lib.ROSTER_KINDS]
+  # Every checkpoint its runs are evaluated at is saved (every 500 steps) and kept.
+  for budget in (2000, 4000, 8000):
+    overrides = ex.Run(by_name["listops_depth_5layer"], "rope", 0).overrides("/o", budget)
+    assert all(s % overrides["checkpoint_every"] == 0 for s in (1000, 2000, 4000) if s < budget)
+
+
 def test_the_converged_chomsky_sweep_runs_every_encoder_kind():
   from bifocal_jax import positions
   preset = ex.PRESETS["converged_chomsky"]
