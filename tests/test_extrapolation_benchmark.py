@@ -1324,9 +1324,13 @@ def test_the_converged_sweep_runs_the_protocol_model_on_both_depth_tasks_before_
   assert not [r for r in runs[first_roster:] if r.task.name.endswith("5layer")
               and r.kind not in runs_lib.ROSTER_KINDS]
   # Every checkpoint its runs are evaluated at is saved (every 500 steps) and kept.
-  for budget in (2000, 4000, 8000):
-    overrides = ex.Run(by_name["listops_depth_5layer"], "rope", 0).overrides("/o", budget)
-    assert all(s % overrides["checkpoint_every"] == 0 for s in (1000, 2000, 4000) if s < budget)
+  large = by_name["listops_depth_5layer"]
+  for budget in (1500, 2500, 4000):
+    overrides = ex.Run(large, "rope", 0).overrides("/o", budget)
+    steps = large.checkpoint_steps(budget)
+    assert steps == tuple(s for s in (500, 1000, 2000) if s < budget)
+    assert all(s % overrides["checkpoint_every"] == 0 for s in steps)
+    assert overrides["keep_checkpoints"] * overrides["checkpoint_every"] >= budget - steps[0]
 
 
 def test_the_converged_chomsky_sweep_runs_every_encoder_kind():
