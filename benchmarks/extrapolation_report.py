@@ -713,8 +713,10 @@ def budgets_section(preset, budgets: dict) -> str:
     rows[0] += ["evaluated every", "just-fit budget"]
     rows[1] += ["---", "---"]
     for row, task in zip(rows[2:], preset.tasks):
-      row += [str((budgets.get(task.name) or {}).get("interval", task.interval)),
-              str((budgets.get(task.name) or {}).get("just_fit", task.just_fit))]
+      record = budgets.get(task.name) or {}
+      just_fit = record.get("just_fit", task.just_fit)  # None: to be read off its curve
+      row += [str(record.get("interval", task.interval)),
+              "-" if just_fit is None else str(just_fit)]
     return ("Step budgets: `rope` (seed 0) trained to the cap (8x the just-fit budget of the "
             "`cpu` sweep where the CPU affords it; a task without a just-fit sweep has it read "
             "off this curve: the first step at valid accuracy 0.9), valid token accuracy at "

@@ -675,11 +675,14 @@ def test_report_training_time_table_plot_and_convergence_budgets(tmp_path):
   with open(os.path.join(results, "budgets.json"), "w") as f:
     json.dump({"odds_first": {"budget": 400, "max_steps": 800, "just_fit": 100, "interval": 50,
                               "curve": [[400, 0.95]]}}, f)
-  preset = ex.Preset(tasks=(dataclasses.replace(TASK, just_fit=100),), kinds=("rope", "alibi"),
-                     seeds=(0, 1, 2), converged=0.002)
+  # A task to calibrate whose just-fit budget is to be read off its own curve.
+  later = ex.TaskSpec("listops_depth", ("valid",), interval=500)
+  preset = ex.Preset(tasks=(dataclasses.replace(TASK, just_fit=100), later),
+                     kinds=("rope", "alibi"), seeds=(0, 1, 2), converged=0.002)
   markdown = report_lib.report(preset, results)
   assert "gained less than 0.002 over the last quarter" in markdown
   assert _rows(markdown, "odds_first")[0][1:] == ["400", "0.950", "800", "50", "100"]
+  assert _rows(markdown, "listops_depth")[0][1:] == ["not calibrated yet", "-", "-", "500", "-"]
   alibi = {row[1]: row for row in _rows(markdown, "alibi |") if len(row) == 4}
   assert list(alibi) == ["100", "200", "400"]
   assert alibi["400"][3].startswith("0.910 [") and alibi["100"][3].startswith("0.500")
