@@ -177,29 +177,48 @@ class Transformer(nnx.Module):
   def _randomizes(self, train: bool) -> bool:
     return self.randomize != positions_lib.base.IN_ORDER and (train or self.randomize_eval)
 
-  def positions(self, shape: tuple[int, int], rng: jax.Array | None, train: bool) -> jax.Array:
+  def positions(self, shape: tuple[int, int], rng: jax.Array | None, train: bool, *,
+                lengths_B: jax.Array | None = None) -> jax.Array:
     """`0 .. L-1`, or the randomized positions of a randomized kind when a key
     is given: per sequence (`randomized_rope`) or one draw shared by the batch
-    (`randomized_sin_cos`, `randomized_learnt`, as their source draws them)."""
+    (`randomized_sin_cos`, `randomized_learnt`, as their source draws them).
+    `lengths_B`: each sequence's real tokens (default `L`): a padded sequence
+    gets the draw its unpadded length would (`rope.randomized_positions`)."""
     if self._randomizes(train) and self.randomize != positions_lib.base.DISTANCES:
       if rng is None:
         raise ValueError(f"position.kind={self.position_kind!r} needs an rng to draw positions")
-      if self.randomize == positions_lib.base.PER_BATCH:
-        return jnp.broadcast_to(
-            rope_lib.randomized_positions(rng, (1, shape[1]), self.max_position), shape)
-      return rope_lib.randomized_positions(rng, shape, self.max_position)
+      return rope_lib.randomized_positions(rng, shape, self.max_position, lengths=lengths_B,
+                                           shared=self.randomize == positions_lib.base.PER_BATCH)
     return jnp.broadcast_to(jnp.arange(shape[1], dtype=jnp.int32), shape)
 
-  def distances(self, length: int, rng: jax.Array | None, train: bool) -> jax.Array | None:
+  def distances(self, length: int, rng: jax.Array | None, train: bool, *,
+                real_length: jax.Array | None = None) -> jax.Array | None:
     """The randomized relative distances `[0, r_1 < ... < r_{L-1}]` of one call
-    (`randomized_relative`, `randomized_alibi`; one draw per batch), or None."""
+    (`randomized_relative`, `randomized_alibi`; one draw per batch, for its
+    longest sequence's real length `real_length`, default `length`), or None."""
     if self.randomize != positions_lib.base.DISTANCES:
       return None
     if not self._randomizes(train):
       return jnp.arange(length, dtype=jnp.int32)
     if rng is None:
       raise ValueError(f"position.kind={self.position_kind!r} needs an rng to draw distances")
-    return alibi_lib.draw_distances(rng, length, self.max_position)
+    return alibi_lib.draw_distances(rng, length, self.max_position, real_length=real_length)
+
+  def draw(self, tokens_BxL: jax.Array, valid_BxL: jax.Array | None, rng: jax.Array | None,
+           train: bool) -> tuple[jax.Array, jax.Array | None]:
+    """`(positions_BxL, distances_L)` of a call: randomized ones drawn for the
+    real lengths `valid_BxL` marks (padding changes no real token's draw), as
+    the source draws them for a batch of one unpadded length."""
+    batch, length = tokens_BxL.shape
+    lengths_B = None if valid_BxL is None else jnp.sum(valid_BxL, axis=-1, dtype=jnp.int32)
+    if not (self._randomizes(train) and self.randomize != positions_lib.base.DISTANCES):
+      # In-order positions are shared by the batch ([1, L]), so every layer
+      # computes its rotary angles once for all sequences.
+      positions_BxL = self.positions((1, length), rng, train)
+    else:
+      positions_BxL = self.positions((batch, length), rng, train, lengths_B=lengths_B)
+    real_length = None if lengths_B is None else jnp.max(lengths_B)
+    return positions_BxL, self.distances(length, rng, train, real_length=real_length)
 
   def __call__(self, tokens_BxL: jax.Array, valid_BxL: jax.Array | None = None, *,
                positions_BxL: jax.Array | None = None, distances_L: jax.Array | None = None,
@@ -208,14 +227,8 @@ class Transformer(nnx.Module):
     `randomized_alibi`) are drawn from `rng` unless given; given positions
     without distances mean in-order distances."""
     if positions_BxL is None:
-      # In-order positions are shared by the batch ([1, L]), so every layer
-      # computes its rotary angles once for all sequences.
-      batch, length = tokens_BxL.shape
-      rows = batch if (self._randomizes(train) and
-                       self.randomize == positions_lib.base.PER_SEQUENCE) else 1
-      positions_BxL = self.positions((rows, length), rng, train)
-      if distances_L is None:
-        distances_L = self.distances(length, rng, train)
+      positions_BxL, drawn_L = self.draw(tokens_BxL, valid_BxL, rng, train)
+      distances_L = drawn_L if distances_L is None else distances_L
     elif distances_L is None and self.randomize == positions_lib.base.DISTANCES:
       distances_L = jnp.arange(tokens_BxL.shape[1], dtype=jnp.int32)
     x_BxLxD = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(self.dtype)

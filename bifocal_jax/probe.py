@@ -242,12 +242,6 @@ def attention_weights(attn, x_BxLxD, positions_BxL, valid_BxL=None, *, shared=No
   return jnp.concatenate(weights, axis=1)
 
 
-def model_inputs(model, tokens_BxL, rng):
-  """`(positions_BxL, distances_L)` as the model draws them at evaluation."""
-  positions_BxL = model.positions(tokens_BxL.shape, rng, False)
-  return positions_BxL, model.distances(tokens_BxL.shape[1], rng, False)
-
-
 def trace(model, tokens_BxL, valid_BxL, *, rng=None, match_BxL=None, top_BxL=None) -> dict:
   """The model's forward pass, block by block:
 
@@ -256,7 +250,7 @@ def trace(model, tokens_BxL, valid_BxL, *, rng=None, match_BxL=None, top_BxL=Non
     match_mass, top_mass  `[layers, B, H, L]`: each head's weight on position
                `match_BxL` / `top_BxL` (where >= 0; 0 elsewhere), if given
   """
-  positions_BxL, distances_L = model_inputs(model, tokens_BxL, rng)
+  positions_BxL, distances_L = model.draw(tokens_BxL, valid_BxL, rng, False)
   x = jnp.take(model.embed_VxD[...], tokens_BxL, axis=0).astype(model.dtype)
   if model.position_embedding is not None:
     x = x + model.position_embedding(positions_BxL).astype(model.dtype)

@@ -145,25 +145,45 @@ def apply_rope(
   return rotate(x, cos, sin, layout)
 
 
-def randomized_positions(key: jax.Array, shape: tuple[int, ...], max_position: int) -> jax.Array:
+def randomized_positions(key: jax.Array, shape: tuple[int, ...], max_position: int, *,
+                         lengths: jax.Array | None = None, shared: bool = False) -> jax.Array:
   """Randomized positional encodings (Ruoss et al., 2023).
 
   For each sequence, an increasing random subset of `[0, max_position)` of the
   sequence's length, instead of `0 .. seq - 1`. `shape` is `[..., seq]`.
+  `lengths` (broadcast to `shape[:-1]`; default `seq`): each sequence's real
+  tokens, before its padding. A sequence of `n` real tokens gets a uniform
+  subset of size `n`, as the source draws it for an unpadded length-`n` batch
+  (its padding gets the rest of the draw: distinct, in range, unsorted
+  against the real ones). `shared`: one draw for all sequences (the source's
+  `noisy_fixed_positional_encodings`); sequences of one length then get the
+  same positions.
   """
   *batch, seq = shape
   if seq > max_position:
     raise ValueError(f"sequence length {seq} exceeds position.max_position={max_position}")
-  n = int(np.prod(batch)) if batch else 1
-  keys = jax.random.split(key, n)
+  rows = int(np.prod(batch)) if batch else 1
+  lengths_R = jnp.broadcast_to(jnp.asarray(seq if lengths is None else lengths, jnp.int32),
+                               tuple(batch)).reshape(rows)
 
-  # Top-k of iid uniforms is a uniform random subset without a full permutation.
-  def one(k):
-    u = jax.random.uniform(k, (max_position,))
-    _, idx = jax.lax.top_k(u, seq)
-    return jnp.sort(idx)
+  # Top-k of iid uniforms, largest first: its first n indices are a uniform
+  # n-subset for every n, without a full permutation.
+  def draw(k):
+    return jax.lax.top_k(jax.random.uniform(k, (max_position,)), seq)[1]
 
-  return jax.vmap(one)(keys).reshape(shape).astype(jnp.int32)
+  keys = jax.random.split(key, 1 if shared else rows)
+  if shared and lengths is None:
+    return jnp.broadcast_to(jnp.sort(draw(keys[0])), shape).astype(jnp.int32)
+  drawn_RxS = jnp.broadcast_to(draw(keys[0]), (rows, seq)) if shared else jax.vmap(draw)(keys)
+  sorted_RxS = jax.vmap(sorted_prefix, in_axes=(0, 0, None))(drawn_RxS, lengths_R, max_position)
+  return sorted_RxS.reshape(shape).astype(jnp.int32)
+
+
+def sorted_prefix(drawn_S: jax.Array, n: jax.Array, bound: int) -> jax.Array:
+  """The first `n` of `drawn_S` (values in `[0, bound)`) sorted, then the rest sorted."""
+  tail = jnp.arange(drawn_S.shape[0]) >= n
+  keyed = jnp.sort(drawn_S + jnp.where(tail, bound, 0))
+  return jnp.where(keyed >= bound, keyed - bound, keyed)
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:

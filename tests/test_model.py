@@ -167,6 +167,46 @@ def test_randomized_rope_draws_positions_from_the_rng(position_config):
   assert not np.array_equal(drawn, in_order)
 
 
+RANDOMIZED = [(k, causal) for k in attention.POSITION_KINDS if positions_lib.get(k).randomized
+              for causal in (True, False)
+              if (positions_lib.get(k).decoder if causal else positions_lib.get(k).encoder)]
+
+
+@pytest.mark.parametrize("kind,causal", RANDOMIZED)
+def test_padding_changes_no_real_tokens_randomized_draw(position_config, kind, causal):
+  """A sequence's real tokens get the draw of its unpadded length, whatever
+  the batch is padded to: the source draws for the batch's own length (one
+  length a batch, no padding), and the bucketed pipelines pad."""
+  model = model_lib.Transformer(tiny_config(), position_config(kind), vocab_size=VOCAB,
+                                causal=causal, rngs=nnx.Rngs(0))
+  real = jnp.asarray(np.random.default_rng(0).integers(1, VOCAB, (BATCH, 5)), jnp.int32)
+  run = nnx.jit(lambda model, tokens, valid: model(tokens, valid, rng=jax.random.key(3),
+                                                   train=True))
+  outs = []
+  for width in (5, 8, 16):
+    tokens = jnp.pad(real, ((0, 0), (0, width - 5)))
+    outs.append(run(model, tokens, jnp.arange(width)[None, :] < 5)[:, :5])
+  np.testing.assert_allclose(outs[1], outs[0], atol=2e-5)
+  np.testing.assert_allclose(outs[2], outs[0], atol=2e-5)
+  # Control: the draw matters (another key, other logits).
+  other = model(real, rng=jax.random.key(4), train=True)
+  assert np.max(np.abs(other - outs[0])) > 1e-4
+
+
+def test_a_padded_sequence_draws_as_its_unpadded_length():
+  """The first n of a padded sequence's positions are a uniform n-subset of
+  `[0, M)`: their largest is n/(n+1) M on average (the first n of a width-W
+  draw would be n/(W+1) M)."""
+  n, width, m = 4, 32, 256
+  draw = jax.jit(lambda key: rope.randomized_positions(key, (64, width), m,
+                                                       lengths=jnp.full((64,), n)))
+  top = np.concatenate([np.asarray(draw(jax.random.key(i)))[:, n - 1] for i in range(8)])
+  assert abs(top.mean() - n / (n + 1) * m) < 8, top.mean()  # sd of the mean ~1.5
+  prefix = np.asarray(draw(jax.random.key(0)))
+  assert np.all(np.diff(prefix[:, :n], axis=-1) > 0)
+  assert all(len(set(row)) == width and 0 <= row.min() and row.max() < m for row in prefix)
+
+
 # ----------------------------------------------------------------------------
 # Counting: parameters, FLOPs, spectral frequencies.
 # ----------------------------------------------------------------------------

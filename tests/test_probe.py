@@ -153,7 +153,7 @@ def test_weights_times_values_reproduce_the_attention_output(position_config, ki
   model = build_model(position_config, kind, **overrides)
   tokens, valid = random_batch(1)
   rng = jax.random.key(2)
-  positions, distances = probe.model_inputs(model, tokens, rng)
+  positions, distances = model.draw(tokens, valid, rng, False)
   block = model.blocks[1]
   x = probe.trace(model, tokens, valid, rng=rng)["residuals"][1]
   h = block.ln_attn(x)
@@ -189,7 +189,7 @@ def test_data_dependent_heads_are_null_with_a_reason(position_config):
   model = build_model(position_config, "rope+cope")
   tokens, valid = random_batch()
   attn = model.blocks[0].attn
-  positions, _ = probe.model_inputs(model, tokens, None)
+  positions, _ = model.draw(tokens, valid, None, False)
   w = probe.attention_weights(attn, model.blocks[0].ln_attn(probe.trace(model, tokens, valid)[
       "residuals"][0]), positions, valid)
   reasons = probe.null_reasons(attn)

@@ -20,7 +20,8 @@ google-deepmind/randomized_positional_encodings, `models/positional_encodings.py
   NOISY_LEARNT): the same encodings at sorted positions drawn without
   replacement from `[0, max_position)`, one draw shared by the batch, at
   every call (training and, with `position.randomize_eval`, evaluation), as
-  `jrandom.choice(..., replace=False)` then `jnp.sort` does there.
+  `jrandom.choice(..., replace=False)` then `jnp.sort` does there; a padded
+  sequence takes its unpadded length's subset of it (`rope.randomized_positions`).
 
 Differences from their models: they scale the token embeddings (initialised at
 stddev 0.02) by `sqrt(D)` before adding the encodings and apply dropout; ours

@@ -92,16 +92,24 @@ def _layer(randomized):
   return build
 
 
-def draw_distances(key: jax.Array, length: int, max_position: int) -> jax.Array:
+def draw_distances(key: jax.Array, length: int, max_position: int, *,
+                   real_length: jax.Array | None = None) -> jax.Array:
   """`[0, r_1, ..., r_{L-1}]`: sorted draws without replacement from `[1, max_position)`
-  (`jrandom.choice(arange(1, noise_max_length), (L - 1,), replace=False)`, sorted)."""
+  (`jrandom.choice(arange(1, noise_max_length), (L - 1,), replace=False)`, sorted).
+
+  `real_length` (default `length`): the batch's longest sequence before its
+  padding; the first `real_length` distances are then the source's draw for a
+  batch of that length (the padding's are the rest of the draw).
+  """
   if length > max_position:
     raise ValueError(f"sequence length {length} exceeds position.max_position={max_position}")
   if length <= 1:
     return jnp.zeros((length,), jnp.int32)
   u = jax.random.uniform(key, (max_position - 1,))
-  _, idx = jax.lax.top_k(u, length - 1)  # a uniform random subset
-  return jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.sort(idx).astype(jnp.int32) + 1])
+  _, idx = jax.lax.top_k(u, length - 1)  # largest first: any prefix is a uniform random subset
+  real = length if real_length is None else jnp.maximum(real_length, 1)
+  r = rope_lib.sorted_prefix(idx, real - 1, max_position - 1)
+  return jnp.concatenate([jnp.zeros((1,), jnp.int32), r.astype(jnp.int32) + 1])
 
 
 SCHEMES = (

@@ -29,7 +29,8 @@ key.
 - `randomized_relative` (NOISY_RELATIVE, `randomize_both_sides=False`): the
   distance `d = j - i` (their convention) is replaced by `sign(d) r_|d|`, with
   `0 = r_0 < r_1 < ... < r_{L-1}` sorted draws without replacement from
-  `[1, max_position)`, one set per batch, at every call. Their code refuses
+  `[1, max_position)`, one set per batch (drawn for its longest real length:
+  `alibi.draw_distances`), at every call. Their code refuses
   causal attention (NotImplementedError): encoder only. Their released code
   looks the encodings up in a table of positions `0 .. max_position-1` at
   index `sign(d) r_|d| + max_position`, past its end for `d >= 0` (JAX clamps
