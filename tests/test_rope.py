@@ -204,6 +204,21 @@ def test_randomized_positions_are_sorted_distinct_and_in_range():
   np.testing.assert_array_equal(randomized_positions(jax.random.key(1), (8,), 8), np.arange(8))
 
 
+def test_a_shared_draw_gives_each_length_its_subset_of_one_draw():
+  """`shared`: rows of one length get the same positions, a shorter row a
+  subset of a longer row's (one draw, each row its real length's share of
+  it); full-length rows are the unpadded draw."""
+  lengths = jnp.asarray([5, 5, 12, 16])
+  drawn = np.asarray(rope.randomized_positions(jax.random.key(2), (4, 16), 64, lengths=lengths,
+                                               shared=True))
+  np.testing.assert_array_equal(drawn[0], drawn[1])
+  assert set(drawn[0, :5]) < set(drawn[2, :12]) < set(drawn[3])
+  for row, n in zip(drawn, lengths):
+    assert np.all(np.diff(row[:n]) > 0) and len(set(row)) == 16 and row.max() < 64
+  np.testing.assert_array_equal(
+      drawn[3], rope.randomized_positions(jax.random.key(2), (1, 16), 64, shared=True)[0])
+
+
 # ----------------------------------------------------------------------------
 # Modules.
 # ----------------------------------------------------------------------------
