@@ -3,6 +3,7 @@ contract's keys and validates; a checkout's `configs/*.py` are the same configs.
 
 import pathlib
 
+import numpy as np
 import pytest
 
 from bifocal_jax import config as config_lib
@@ -50,6 +51,21 @@ def test_listops_minmax_keeps_two_operators_and_validates():
     config_lib.validate(config, num_devices=1)
     task = tasks.get_task(config.task)
     assert task.operators == ("MIN", "MAX")
+
+
+CHOMSKY = [p for p in CONFIGS if "_chomsky.get_config" in p.read_text()]
+
+
+@pytest.mark.parametrize("path", CHOMSKY, ids=lambda p: p.stem)
+def test_chomsky_configs_draw_randomized_positions_as_the_source_and_fit_the_protocol(path):
+  """Randomized kinds draw from `[0, 2048)`, the source's `noise_max_length`,
+  and every split, up to the protocol's length 500, fits in it."""
+  config = load(path)
+  assert config.position.max_position == 2048
+  config.position.kind = "randomized_alibi"
+  config_lib.validate(config, num_devices=1)
+  task = tasks.get_task(config.task)
+  assert int(task.sequence_lengths("test_length", np.zeros(1, np.int64), 500)[0]) <= 2048
 
 
 def test_docstrings_carry_the_command_that_runs_them():

@@ -20,6 +20,12 @@ def get_config(task_name: str, arg: str | None = None) -> ml_collections.ConfigD
   """
   c = config_lib.base_config(task_name)
   c.position.kind = "bifocal"
+  # The randomized encodings' range (and the learnt table's rows): the
+  # randomized-encodings repository's `noise_max_length` (its
+  # `experiments/example.py`). It scales randomized ALiBi's distances, so it
+  # is theirs, not the decoder tasks' 8,192; every task's longest sequence
+  # (1,500: duplicate_string at the protocol's length 500) fits.
+  c.position.max_position = 2048
   c.model.num_layers = 2
   c.model.d_model = 64
   c.model.num_heads = 4
