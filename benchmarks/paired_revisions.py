@@ -1,0 +1,99 @@
+"""The same runs' summaries at two commits, paired over seeds.
+
+When a run's code changes (a fix, a re-run), its summaries are withdrawn and
+the sweep writes new ones under the same names: same seeds, same data, only
+the change differs. This pairs each split's accuracy, new minus old, over the
+seeds both revisions have (`bifocal_jax.stats.paired_difference`):
+
+  python benchmarks/paired_revisions.py --old 5ea8a21 \\
+      benchmarks/results/runs/converged/listops_depth/scratch/randomized_rope
+
+`--new` defaults to the working tree. Dyck splits pair `close_accuracy`
+(closing-bracket accuracy), the others `accuracy`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_OLD = flags.DEFINE_string("old", None, "The commit of the old summaries.", required=True)
+_NEW = flags.DEFINE_string("new", None, "The commit of the new summaries (default: the files).")
+
+_SEED = re.compile(r"seed(\d+)\.json$")
+
+
+def read_revision(directory: str, revision: str | None) -> dict[int, dict]:
+  """`{seed: summary}` of `directory/seed*.json` at `revision` (None: the files)."""
+  if revision is None:
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    read = lambda name: open(os.path.join(directory, name)).read()
+  else:
+    listing = subprocess.run(["git", "ls-tree", "--name-only", f"{revision}:{directory}"],
+                             capture_output=True, text=True, check=False)
+    if listing.returncode:
+      raise ValueError(f"{directory} at {revision}: {listing.stderr.strip()}")
+    names = listing.stdout.split()
+    read = lambda name: subprocess.run(["git", "show", f"{revision}:{directory}/{name}"],
+                                       capture_output=True, text=True, check=True).stdout
+  out = {}
+  for name in names:
+    if (m := _SEED.search(name)):
+      try:
+        out[int(m.group(1))] = json.loads(read(name))
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{directory}/{name} at {revision or 'the files'}: not JSON ({e})") from e
+  return out
+
+
+def paired_rows(old: dict[int, dict], new: dict[int, dict]) -> list[dict]:
+  """Per split of the new summaries: the seeds both have, the old and new
+  means, and `stats.paired_difference(new, old)`."""
+  seeds = sorted(set(old) & set(new))
+  rows = []
+  for split in (new[seeds[0]]["splits"] if seeds else {}):
+    metric = "close_accuracy" if "close_accuracy" in new[seeds[0]]["splits"][split] else "accuracy"
+    pairs = [(old[s]["splits"][split][metric], new[s]["splits"][split][metric]) for s in seeds
+             if split in old[s]["splits"]]
+    if not pairs:
+      continue
+    before, after = zip(*pairs)
+    rows.append(dict(split=split, metric=metric, seeds=len(pairs), old=sum(before) / len(pairs),
+                     new=sum(after) / len(pairs), diff=stats.paired_difference(after, before)))
+  return rows
+
+
+def markdown(rows: list[dict]) -> str:
+  lines = ["| split | metric | seeds | old | new | new - old [95% interval] |",
+           "| --- | --- | --- | --- | --- | --- |"]
+  for r in rows:
+    d = r["diff"]
+    interval = "" if d["ci95"] is None else f" [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
+    lines.append(f"| {r['split']} | {r['metric']} | {r['seeds']} | {r['old']:.3f} | "
+                 f"{r['new']:.3f} | {d['mean']:+.3f}{interval} |")
+  return "\n".join(lines)
+
+
+def main(argv):
+  if len(argv) != 2:
+    raise app.UsageError("one summaries directory (.../<task>/<arm>/<kind>)")
+  try:
+    rows = paired_rows(read_revision(argv[1], _OLD.value), read_revision(argv[1], _NEW.value))
+  except ValueError as e:
+    sys.exit(f"paired_revisions: {e}")
+  if not rows:
+    sys.exit(f"paired_revisions: no seed of {argv[1]} in both revisions")
+  print(markdown(rows))
+
+
+if __name__ == "__main__":
+  app.run(main)
