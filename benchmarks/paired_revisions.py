@@ -36,15 +36,22 @@ def read_revision(directory: str, revision: str | None) -> dict[int, dict]:
   """`{seed: summary}` of `directory/seed*.json` at `revision` (None: the files)."""
   if revision is None:
     names = os.listdir(directory) if os.path.isdir(directory) else []
-    read = lambda name: open(os.path.join(directory, name)).read()
+
+    def read(name):
+      with open(os.path.join(directory, name)) as f:
+        return f.read()
+
   else:
     listing = subprocess.run(["git", "ls-tree", "--name-only", f"{revision}:{directory}"],
                              capture_output=True, text=True, check=False)
     if listing.returncode:
       raise ValueError(f"{directory} at {revision}: {listing.stderr.strip()}")
     names = listing.stdout.split()
-    read = lambda name: subprocess.run(["git", "show", f"{revision}:{directory}/{name}"],
-                                       capture_output=True, text=True, check=True).stdout
+
+    def read(name):
+      return subprocess.run(["git", "show", f"{revision}:{directory}/{name}"],
+                            capture_output=True, text=True, check=True).stdout
+
   out = {}
   for name in names:
     if (m := _SEED.search(name)):

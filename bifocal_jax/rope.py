@@ -163,8 +163,6 @@ def randomized_positions(key: jax.Array, shape: tuple[int, ...], max_position: i
   if seq > max_position:
     raise ValueError(f"sequence length {seq} exceeds position.max_position={max_position}")
   rows = int(np.prod(batch)) if batch else 1
-  lengths_R = jnp.broadcast_to(jnp.asarray(seq if lengths is None else lengths, jnp.int32),
-                               tuple(batch)).reshape(rows)
 
   # Top-k of iid uniforms, largest first: its first n indices are a uniform
   # n-subset for every n, without a full permutation.
@@ -174,6 +172,8 @@ def randomized_positions(key: jax.Array, shape: tuple[int, ...], max_position: i
   keys = jax.random.split(key, 1 if shared else rows)
   if shared and lengths is None:
     return jnp.broadcast_to(jnp.sort(draw(keys[0])), shape).astype(jnp.int32)
+  lengths_R = jnp.broadcast_to(jnp.asarray(seq if lengths is None else lengths, jnp.int32),
+                               tuple(batch)).reshape(rows)
   drawn_RxS = jnp.broadcast_to(draw(keys[0]), (rows, seq)) if shared else jax.vmap(draw)(keys)
   sorted_RxS = jax.vmap(sorted_prefix, in_axes=(0, 0, None))(drawn_RxS, lengths_R, max_position)
   return sorted_RxS.reshape(shape).astype(jnp.int32)

@@ -213,6 +213,8 @@ def test_a_shared_draw_gives_each_length_its_subset_of_one_draw():
                                                shared=True))
   np.testing.assert_array_equal(drawn[0], drawn[1])
   assert set(drawn[0, :5]) < set(drawn[2, :12]) < set(drawn[3])
+  # A uniform 5-subset of the draw, not its 5 smallest (what a padded row got before).
+  assert not np.array_equal(drawn[0, :5], drawn[3, :5])
   for row, n in zip(drawn, lengths):
     assert np.all(np.diff(row[:n]) > 0) and len(set(row)) == 16 and row.max() < 64
   np.testing.assert_array_equal(
