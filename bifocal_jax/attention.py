@@ -141,17 +141,17 @@ class Attention(nnx.Module):
 
   def __call__(self, x_BxLxD: jax.Array, positions_BxL: jax.Array,
                valid_BxL: jax.Array | None = None, *, shared: nnx.Module | None = None,
-               distances_L: jax.Array | None = None) -> jax.Array:
+               distances_BxL: jax.Array | None = None) -> jax.Array:
     """`positions_BxL` may be `[1, L]` (shared by the batch: the model passes
     in-order positions so), which makes the rotary angles `[L, heads, pairs]`.
 
     `shared`: the model's position module shared by all layers (T5, Kerple
-    biases), if any; `distances_L`: the randomized distances of this call
+    biases), if any; `distances_BxL`: the randomized distances of this call
     (`randomized_relative`, `randomized_alibi`), drawn by the model.
     """
     qkv_TxBxLxHxK = jnp.einsum("bld,dthk->tblhk", x_BxLxD, self.qkv_DxTxHxK[...].astype(self.dtype))
     rope_lib.check_positions(qkv_TxBxLxHxK.shape[1:], positions_BxL.shape)
-    common = dict(causal=self.causal, query_chunk=self.query_chunk, distances_L=distances_L)
+    common = dict(causal=self.causal, query_chunk=self.query_chunk, distances_BxL=distances_BxL)
     if self.groups is None:
       out_BxLxHxK = attend_heads(x_BxLxD, qkv_TxBxLxHxK, positions_BxL, valid_BxL, rope=self.rope,
                                  position=self.position, interface=self.interface, shared=shared,
@@ -171,7 +171,7 @@ class Attention(nnx.Module):
 
 
 def attend_heads(x_BxLxD, qkv_TxBxLxHxK, positions_BxL, valid_BxL, *, rope, position,
-                 interface: str, shared, causal: bool, query_chunk: int, distances_L=None):
+                 interface: str, shared, causal: bool, query_chunk: int, distances_BxL=None):
   """One scheme's attention over the heads of `qkv_TxBxLxHxK` (all of a
   layer's, or a mixed kind's group): rotary `rope`, then the scheme's
   `attend` (interface `attention`) or `attend` with its bias (`position`, or
@@ -184,7 +184,7 @@ def attend_heads(x_BxLxD, qkv_TxBxLxHxK, positions_BxL, valid_BxL, *, rope, posi
                            positions_BxL, valid_BxL, causal=causal, query_chunk=query_chunk)
   bias_module = position if position is not None else shared
   bias_fn = (None if bias_module is None or interface != positions_lib.BIAS else
-             bias_module.bias_fn(causal=causal, distances_L=distances_L))
+             bias_module.bias_fn(causal=causal, distances_BxL=distances_BxL))
   return attend(qk_2xBxLxHxK[0], qk_2xBxLxHxK[1], qkv_TxBxLxHxK[2], positions_BxL, valid_BxL,
                 causal=causal, bias_fn=bias_fn, query_chunk=query_chunk)
 

@@ -117,9 +117,9 @@ class Block(nnx.Module):
     self.ln_mlp = LayerNorm(d)
     self.mlp = Mlp(d, mlp_dim, dtype=dtype, rngs=rngs)
 
-  def __call__(self, x_BxLxD, positions_BxL, valid_BxL, *, shared=None, distances_L=None):
+  def __call__(self, x_BxLxD, positions_BxL, valid_BxL, *, shared=None, distances_BxL=None):
     x_BxLxD = x_BxLxD + self.attn(self.ln_attn(x_BxLxD), positions_BxL, valid_BxL, shared=shared,
-                                  distances_L=distances_L)
+                                  distances_BxL=distances_BxL)
     return x_BxLxD + self.mlp(self.ln_mlp(x_BxLxD))
 
 
@@ -192,23 +192,26 @@ class Transformer(nnx.Module):
     return jnp.broadcast_to(jnp.arange(shape[1], dtype=jnp.int32), shape)
 
   def distances(self, length: int, rng: jax.Array | None, train: bool, *,
-                real_length: jax.Array | None = None) -> jax.Array | None:
-    """The randomized relative distances `[0, r_1 < ... < r_{L-1}]` of one call
-    (`randomized_relative`, `randomized_alibi`; one draw per batch, for its
-    longest sequence's real length `real_length`, default `length`), or None."""
+                lengths_B: jax.Array | None = None) -> jax.Array | None:
+    """The relative distances `[0, r_1 < ... < r_{L-1}]` of one call
+    (`randomized_relative`, `randomized_alibi`), or None for other kinds:
+    `[1, L]` (in order, or one draw for unpadded sequences), or `[B, L]` with
+    `lengths_B`: each sequence the draw of its own real length (sequences of
+    one length share it, as the source's one draw per batch)."""
     if self.randomize != positions_lib.base.DISTANCES:
       return None
     if not self._randomizes(train):
-      return jnp.arange(length, dtype=jnp.int32)
+      return jnp.arange(length, dtype=jnp.int32)[None]
     if rng is None:
       raise ValueError(f"position.kind={self.position_kind!r} needs an rng to draw distances")
-    return alibi_lib.draw_distances(rng, length, self.max_position, real_length=real_length)
+    return alibi_lib.draw_distances(rng, length, self.max_position, lengths_B=lengths_B)
 
   def draw(self, tokens_BxL: jax.Array, valid_BxL: jax.Array | None, rng: jax.Array | None,
            train: bool) -> tuple[jax.Array, jax.Array | None]:
-    """`(positions_BxL, distances_L)` of a call: randomized ones drawn for the
-    real lengths `valid_BxL` marks (padding changes no real token's draw), as
-    the source draws them for a batch of one unpadded length."""
+    """`(positions_BxL, distances_BxL)` of a call: randomized ones drawn for the
+    real lengths `valid_BxL` marks (padding changes no real token's draw, nor
+    does a longer sequence in the batch), as the source draws them for a batch
+    of one unpadded length."""
     batch, length = tokens_BxL.shape
     lengths_B = None if valid_BxL is None else jnp.sum(valid_BxL, axis=-1, dtype=jnp.int32)
     if not (self._randomizes(train) and self.randomize != positions_lib.base.DISTANCES):
@@ -217,26 +220,26 @@ class Transformer(nnx.Module):
       positions_BxL = self.positions((1, length), rng, train)
     else:
       positions_BxL = self.positions((batch, length), rng, train, lengths_B=lengths_B)
-    real_length = None if lengths_B is None else jnp.max(lengths_B)
-    return positions_BxL, self.distances(length, rng, train, real_length=real_length)
+    return positions_BxL, self.distances(length, rng, train, lengths_B=lengths_B)
 
   def __call__(self, tokens_BxL: jax.Array, valid_BxL: jax.Array | None = None, *,
-               positions_BxL: jax.Array | None = None, distances_L: jax.Array | None = None,
+               positions_BxL: jax.Array | None = None, distances_BxL: jax.Array | None = None,
                rng: jax.Array | None = None, train: bool = False) -> jax.Array:
     """Positions (and the randomized distances of `randomized_relative` and
-    `randomized_alibi`) are drawn from `rng` unless given; given positions
-    without distances mean in-order distances."""
+    `randomized_alibi`: `[B, L]`, or `[1, L]` or `[L]` for the batch) are drawn
+    from `rng` unless given; given positions without distances mean in-order
+    distances."""
     if positions_BxL is None:
-      positions_BxL, drawn_L = self.draw(tokens_BxL, valid_BxL, rng, train)
-      distances_L = drawn_L if distances_L is None else distances_L
-    elif distances_L is None and self.randomize == positions_lib.base.DISTANCES:
-      distances_L = jnp.arange(tokens_BxL.shape[1], dtype=jnp.int32)
+      positions_BxL, drawn_BxL = self.draw(tokens_BxL, valid_BxL, rng, train)
+      distances_BxL = drawn_BxL if distances_BxL is None else distances_BxL
+    elif distances_BxL is None and self.randomize == positions_lib.base.DISTANCES:
+      distances_BxL = jnp.arange(tokens_BxL.shape[1], dtype=jnp.int32)[None]
     x_BxLxD = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(self.dtype)
     if self.position_embedding is not None:
       x_BxLxD = x_BxLxD + self.position_embedding(positions_BxL).astype(self.dtype)
     for block in self.blocks:
       x_BxLxD = block(x_BxLxD, positions_BxL, valid_BxL, shared=self.position,
-                      distances_L=distances_L)
+                      distances_BxL=distances_BxL)
     x_BxLxD = self.ln_final(x_BxLxD)
     return (x_BxLxD @ self.unembed_DxV[...].astype(self.dtype)).astype(jnp.float32)
 

@@ -209,7 +209,7 @@ def null_reasons(attn) -> list[str | None]:
 
 
 def attention_weights(attn, x_BxLxD, positions_BxL, valid_BxL=None, *, shared=None,
-                      distances_L=None):
+                      distances_BxL=None):
   """`[B, H, L, L]` float32 attention weights of layer `attn` on its input
   `x_BxLxD` (after `ln_attn`), as `attention.attend_heads` computes them; NaN
   for the heads of a data-dependent kind (`null_reasons`)."""
@@ -236,7 +236,7 @@ def attention_weights(attn, x_BxLxD, positions_BxL, valid_BxL=None, *, shared=No
     module = position if position is not None else (
         shared if attn.groups is None or shared is None else shared.get(kind))
     if module is not None and interface == positions_lib.BIAS:
-      bias_fn = module.bias_fn(causal=attn.causal, distances_L=distances_L)
+      bias_fn = module.bias_fn(causal=attn.causal, distances_BxL=distances_BxL)
       scores = scores + bias_fn(q, k, positions_BxL, positions_BxL).astype(jnp.float32)
     weights.append(jax.nn.softmax(scores, axis=-1))
   return jnp.concatenate(weights, axis=1)
@@ -250,7 +250,7 @@ def trace(model, tokens_BxL, valid_BxL, *, rng=None, match_BxL=None, top_BxL=Non
     match_mass, top_mass  `[layers, B, H, L]`: each head's weight on position
                `match_BxL` / `top_BxL` (where >= 0; 0 elsewhere), if given
   """
-  positions_BxL, distances_L = model.draw(tokens_BxL, valid_BxL, rng, False)
+  positions_BxL, distances_BxL = model.draw(tokens_BxL, valid_BxL, rng, False)
   x = jnp.take(model.embed_VxD[...], tokens_BxL, axis=0).astype(model.dtype)
   if model.position_embedding is not None:
     x = x + model.position_embedding(positions_BxL).astype(model.dtype)
@@ -259,14 +259,14 @@ def trace(model, tokens_BxL, valid_BxL, *, rng=None, match_BxL=None, top_BxL=Non
   for block in model.blocks:
     if match_BxL is not None or top_BxL is not None:
       w_BxHxLxL = attention_weights(block.attn, block.ln_attn(x), positions_BxL, valid_BxL,
-                                    shared=model.position, distances_L=distances_L)
+                                    shared=model.position, distances_BxL=distances_BxL)
       for name, index_BxL in targets.items():
         if index_BxL is not None:
           at = jnp.maximum(index_BxL, 0)[:, None, :, None]
           picked = jnp.take_along_axis(w_BxHxLxL, jnp.broadcast_to(at, w_BxHxLxL.shape[:3] + (1,)),
                                        axis=-1)[..., 0]
           masses[name].append(jnp.where(index_BxL[:, None, :] >= 0, picked, 0.0))
-    x = block(x, positions_BxL, valid_BxL, shared=model.position, distances_L=distances_L)
+    x = block(x, positions_BxL, valid_BxL, shared=model.position, distances_BxL=distances_BxL)
     residuals.append(x)
   logits = (model.ln_final(x) @ model.unembed_DxV[...].astype(model.dtype)).astype(jnp.float32)
   out = dict(residuals=jnp.stack(residuals).astype(jnp.float32), logits=logits)

@@ -175,8 +175,9 @@ RANDOMIZED = [(k, causal) for k in attention.POSITION_KINDS if positions_lib.get
 @pytest.mark.parametrize("kind,causal", RANDOMIZED)
 def test_padding_changes_no_real_tokens_randomized_draw(position_config, kind, causal):
   """A sequence's real tokens get the draw of its unpadded length, whatever
-  the batch is padded to: the source draws for the batch's own length (one
-  length a batch, no padding), and the bucketed pipelines pad."""
+  the batch is padded to and whatever else is in it: the source draws for the
+  batch's own length (one length a batch, no padding), and the bucketed
+  pipelines pad batches of mixed lengths."""
   model = model_lib.Transformer(tiny_config(), position_config(kind), vocab_size=VOCAB,
                                 causal=causal, rngs=nnx.Rngs(0))
   real = jnp.asarray(np.random.default_rng(0).integers(1, VOCAB, (BATCH, 5)), jnp.int32)
@@ -186,6 +187,12 @@ def test_padding_changes_no_real_tokens_randomized_draw(position_config, kind, c
   padded = run(model, jnp.pad(real, ((0, 0), (0, 11))), jnp.pad(valid, ((0, 0), (0, 11))),
                jax.random.key(3))
   np.testing.assert_allclose(padded[:, :5], unpadded, atol=2e-5)
+  # Nor does a longer sequence beside it (the source's batches have one
+  # length): 3 real tokens beside 5 get the draw they get beside 3.
+  tokens = jnp.pad(real, ((0, 0), (0, 11)))
+  mixed = run(model, tokens, jnp.arange(16)[None, :] < jnp.asarray([[5], [3]]), jax.random.key(3))
+  alike = run(model, tokens, jnp.arange(16)[None, :] < jnp.asarray([[3], [3]]), jax.random.key(3))
+  np.testing.assert_allclose(mixed[1, :3], alike[1, :3], atol=2e-5)
   # Control: the draw matters (another key, other logits).
   assert np.max(np.abs(run(model, real, valid, jax.random.key(4)) - unpadded)) > 1e-4
 

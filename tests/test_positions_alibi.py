@@ -72,8 +72,29 @@ def test_randomized_alibi_equals_their_noisy_alibi(monkeypatch):
 
 
 def test_drawn_distances_are_sorted_distinct_and_in_range():
-  d = np.asarray(alibi.draw_distances(jax.random.key(3), 50, 64))
+  (d,) = np.asarray(alibi.draw_distances(jax.random.key(3), 50, 64))
   assert d[0] == 0 and np.all(np.diff(d) > 0) and d[-1] < 64
   assert not np.array_equal(d, np.asarray(alibi.draw_distances(jax.random.key(4), 50, 64)))
   with pytest.raises(ValueError, match="max_position=8"):
     alibi.draw_distances(jax.random.key(0), 9, 8)
+
+
+def test_each_sequence_draws_the_distances_of_its_real_length():
+  """With `lengths_B`, a row of n real tokens gets a uniform draw of n - 1
+  distances from `[1, M)` (largest n/(n+1) M on average, where the first n - 1
+  of a longer row's draw would sit low), rows of one length the same one, and
+  the full-length row the unpadded draw."""
+  n, width, m = 4, 32, 256
+  lengths = jnp.asarray([n, width, n, width // 2])
+  draw = jax.jit(lambda key: alibi.draw_distances(key, width, m, lengths_B=lengths))
+  d = np.asarray(draw(jax.random.key(0)))
+  assert d.shape == (4, width) and np.all(d[:, 0] == 0)
+  np.testing.assert_array_equal(d[0], d[2])
+  unpadded = np.asarray(alibi.draw_distances(jax.random.key(0), width, m))[0]
+  np.testing.assert_array_equal(d[1], unpadded)
+  for row, length in zip(d, np.asarray(lengths)):
+    assert np.all(np.diff(row[:length]) > 0) and len(set(row)) == width and row.max() < m
+  top = np.asarray(jax.vmap(draw)(jax.random.split(jax.random.key(1), 300))[:, 0, n - 1])
+  # r_{n-1}, the largest of n - 1 uniform draws from [1, M): mean ~1 + (n-1)/n (M-1),
+  # sd of the mean ~3 (the first 3 of 31 draws: ~25).
+  assert abs(top.mean() - (1 + (n - 1) / n * (m - 1))) < 12, top.mean()

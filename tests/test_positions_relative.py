@@ -45,7 +45,7 @@ def our_logits(module, q, k, distances=None):
   """`q.k / sqrt(K) + bias`, heads-major, as `attend` adds them."""
   qh, kh = (jnp.swapaxes(x, 1, 2) for x in (q, k))
   pos = jnp.arange(L)[None]
-  bias = module.bias_fn(causal=False, distances_L=distances)(qh, kh, pos, pos)
+  bias = module.bias_fn(causal=False, distances_BxL=distances)(qh, kh, pos, pos)
   return np.asarray(jnp.einsum("bhqk,bhsk->bhqs", qh, kh) * K**-0.5 + bias)
 
 
@@ -96,6 +96,21 @@ def test_per_head_and_batched_position_products_agree(spare):
   grads = [jax.grad(loss(p), argnums=(0, 1, 2, 3, 4))(q, k, r, u, v) for p in (True, False)]
   for a, b in zip(*grads):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_per_sequence_encodings_are_each_rows_shared_ones():
+  """`[B, W, H, K]` encodings (each sequence its own distances) give row `b`
+  what the shared `[W, H, K]` encodings of row `b` give it, per head or batched."""
+  rng = np.random.default_rng(4)
+  q, k = (jnp.asarray(rng.standard_normal((B, H, L, K)), jnp.float32) for _ in range(2))
+  r = jnp.asarray(rng.standard_normal((B, 2 * L, H, K)), jnp.float32)
+  u, v = (jnp.asarray(rng.standard_normal((H, K)), jnp.float32) for _ in range(2))
+  for per_head in (True, False):
+    got = relative.relative_logits(q, k, r, u, v, per_head=per_head)
+    for b in range(B):
+      np.testing.assert_allclose(got[b], relative.relative_logits(q, k, r[b], u, v)[b],
+                                 rtol=1e-6, atol=1e-6)
+  assert np.max(np.abs(got[1] - relative.relative_logits(q, k, r[0], u, v)[1])) > 1e-3
 
 
 def test_relative_equals_the_chomsky_benchmark():
@@ -244,7 +259,7 @@ def test_blocked_attention_reads_the_distances_of_each_block(causal, randomized_
   if randomized_:
     draws = np.sort(rng.choice(np.arange(1, 200), length - 1, replace=False))
     distances = jnp.asarray(np.concatenate([[0], draws]), jnp.float32)
-  bias_fn = module.bias_fn(causal=causal, distances_L=distances)
+  bias_fn = module.bias_fn(causal=causal, distances_BxL=distances)
 
   def run(chunk):
     return attention.attend(q, k, v, pos, causal=causal, bias_fn=bias_fn, query_chunk=chunk)

@@ -165,7 +165,7 @@ def test_weights_times_values_reproduce_the_attention_output(position_config, ki
         lf = rope.log_frequency[...]
         rope.log_frequency[...] = lf + jax.random.normal(jax.random.key(9), lf.shape)
   w = probe.attention_weights(attn, h, positions, valid, shared=model.position,
-                              distances_L=distances)
+                              distances_BxL=distances)
   assert w.shape == (2, 4, 20, 20)
   np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
   assert float(jnp.abs(jnp.triu(w, 1)).max()) == 0.0  # causal
@@ -173,7 +173,7 @@ def test_weights_times_values_reproduce_the_attention_output(position_config, ki
   v = jnp.einsum("bld,dhk->blhk", h, attn.qkv_DxTxHxK[...][:, 2])
   out = jnp.einsum("bhqs,bshk->bqhk", w, v)
   ours = jnp.einsum("blhk,hkd->bld", out, attn.out_HxKxD[...])
-  theirs = attn(h, positions, valid, shared=model.position, distances_L=distances)
+  theirs = attn(h, positions, valid, shared=model.position, distances_BxL=distances)
   np.testing.assert_allclose(ours[:, :, :], theirs, atol=2e-5, rtol=1e-5)
   assert all(r is None for r in probe.null_reasons(attn))
   # The trace picks each head's weight on the given key positions.

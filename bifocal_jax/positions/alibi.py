@@ -17,7 +17,8 @@ factor"), with the official implementation's slopes (`rope.alibi_slopes`).
 `compute_noisy_alibi_encodings_biases`, `randomize_both_sides=False`): the
 distance `|i - j|` is replaced by `r_{|i-j|}`, where `0 = r_0 < r_1 < ... <
 r_{L-1}` are sorted draws without replacement from `[1, max_position)`, one
-set per batch (also at evaluation, as their code draws them at every call):
+set per batch (also at evaluation, as their code draws them at every call;
+in a padded batch each sequence gets the set of its own real length):
 `slope * (-r_{|i-j|} + offset * [i > j])`. Their code is the encoder's; the
 decoder uses the same distances under the causal mask.
 """
@@ -52,18 +53,20 @@ def alibi_bias(q_positions_BxQ, k_positions_BxS, slopes_H, *, offset: float = 0.
   return bias
 
 
-def randomized_alibi_bias(q_index_BxQ, k_index_BxS, distances_L, slopes_H, *,
+def randomized_alibi_bias(q_index_BxQ, k_index_BxS, distances_BxL, slopes_H, *,
                           offset: float = 0.0) -> jax.Array:
   """`slope * (-r_{|i-j|} + offset * [i > j])` as `[B, H, Q, S]` float32,
-  `r = distances_L` indexed by the index difference."""
-  diff = q_index_BxQ[..., :, None] - k_index_BxS[..., None, :]
+  `r = distances_BxL` (a row per sequence, or `[1, L]` or `[L]` for all)
+  indexed by the index difference."""
+  diff_BxQxS = q_index_BxQ[..., :, None] - k_index_BxS[..., None, :]
+  distances_Bx1xL = jnp.atleast_2d(distances_BxL).astype(jnp.float32)[:, None, :]
   # Gathered once, not fused: fused into the score kernels, XLA:CPU redoes
   # the gather for every batch row of each (the step on the large config
   # took ~1.3x rope's).
   r = jax.lax.optimization_barrier(
-      jnp.take(distances_L.astype(jnp.float32), jnp.abs(diff), mode="clip"))
+      jnp.take_along_axis(distances_Bx1xL, jnp.abs(diff_BxQxS), axis=-1, mode="clip"))
   slopes = jnp.asarray(slopes_H, jnp.float32)[:, None, None]
-  return slopes * (-r + offset * (diff > 0).astype(jnp.float32))[..., None, :, :]
+  return slopes * (-r + offset * (diff_BxQxS > 0).astype(jnp.float32))[..., None, :, :]
 
 
 class AlibiBias(nnx.Module):
@@ -74,11 +77,12 @@ class AlibiBias(nnx.Module):
     self.offset = float(offset)
     self.randomized = randomized
 
-  def bias_fn(self, *, causal: bool, distances_L=None) -> base.BiasFn:
+  def bias_fn(self, *, causal: bool, distances_BxL=None) -> base.BiasFn:
     del causal
     slopes, offset = self.slopes[...], self.offset
-    if self.randomized and distances_L is not None:  # None: the in-order distances
-      return lambda q, k, qp, kp: randomized_alibi_bias(qp, kp, distances_L, slopes, offset=offset)
+    if self.randomized and distances_BxL is not None:  # None: the in-order distances
+      r_BxL = distances_BxL
+      return lambda q, k, qp, kp: randomized_alibi_bias(qp, kp, r_BxL, slopes, offset=offset)
     return lambda q, k, qp, kp: alibi_bias(qp, kp, slopes, offset=offset)
 
 
@@ -93,23 +97,30 @@ def _layer(randomized):
 
 
 def draw_distances(key: jax.Array, length: int, max_position: int, *,
-                   real_length: jax.Array | None = None) -> jax.Array:
+                   lengths_B: jax.Array | None = None) -> jax.Array:
   """`[0, r_1, ..., r_{L-1}]`: sorted draws without replacement from `[1, max_position)`
-  (`jrandom.choice(arange(1, noise_max_length), (L - 1,), replace=False)`, sorted).
+  (`jrandom.choice(arange(1, noise_max_length), (L - 1,), replace=False)`, sorted),
+  as `[1, L]`.
 
-  `real_length` (default `length`): the batch's longest sequence before its
-  padding; the first `real_length` distances are then the source's draw for a
-  batch of that length (the padding's are the rest of the draw).
+  `lengths_B`: each sequence's real tokens, before its padding. Then `[B, L]`:
+  row `b`'s first `lengths_B[b]` distances are the source's draw for an
+  unpadded batch of that length (the padding's are the rest of the draw), and
+  sequences of one length get the same distances (the source's one set per
+  batch). One top-k serves every row: any prefix of it is a uniform subset.
   """
   if length > max_position:
     raise ValueError(f"sequence length {length} exceeds position.max_position={max_position}")
+  rows = 1 if lengths_B is None else lengths_B.shape[0]
   if length <= 1:
-    return jnp.zeros((length,), jnp.int32)
+    return jnp.zeros((rows, length), jnp.int32)
   u = jax.random.uniform(key, (max_position - 1,))
   _, idx = jax.lax.top_k(u, length - 1)  # largest first: any prefix is a uniform random subset
-  real = length if real_length is None else jnp.maximum(real_length, 1)
-  r = rope_lib.sorted_prefix(idx, real - 1, max_position - 1)
-  return jnp.concatenate([jnp.zeros((1,), jnp.int32), r.astype(jnp.int32) + 1])
+  if lengths_B is None:
+    r_BxL1 = jnp.sort(idx)[None]
+  else:
+    r_BxL1 = jax.vmap(rope_lib.sorted_prefix,
+                      in_axes=(None, 0, None))(idx, jnp.maximum(lengths_B, 1) - 1, max_position - 1)
+  return jnp.concatenate([jnp.zeros((rows, 1), jnp.int32), r_BxL1.astype(jnp.int32) + 1], axis=1)
 
 
 SCHEMES = (

@@ -12,7 +12,7 @@ its own group of heads):
   rotary     a rotation of queries and keys: a module with `frequencies()` and
              `layout`, held at `block.attn.rope` (what surgery swaps).
   bias       an additive logit bias: a module with
-             `bias_fn(*, causal, distances_L=None) -> BiasFn` (see
+             `bias_fn(*, causal, distances_BxL=None) -> BiasFn` (see
              `attention.attend`: called per query chunk with unscaled,
              heads-major q and k, added to the *scaled* scores), held per layer
              at `block.attn.position` or, when the source shares it by all

@@ -67,8 +67,8 @@ class FireBias(nnx.Module):
         for name in ("w1", "b1", "w2", "b2", "c", "l_multiplier", "init_l")
     }
 
-  def bias_fn(self, *, causal: bool, distances_L=None) -> base.BiasFn:
-    del causal, distances_L
+  def bias_fn(self, *, causal: bool, distances_BxL=None) -> base.BiasFn:
+    del causal, distances_BxL
     params = self.params()
     return lambda q, k, qp, kp: fire_bias(qp, kp, params)
 

@@ -59,8 +59,8 @@ class KerpleBias(nnx.Module):
     self.bias_p = nnx.Param(jax.random.uniform(rngs.params(), (num_heads,)) * 2.0)
     self.bias_a = nnx.Param(jax.random.uniform(rngs.params(), (num_heads,)) * 1.0)
 
-  def bias_fn(self, *, causal: bool, distances_L=None) -> base.BiasFn:
-    del causal, distances_L
+  def bias_fn(self, *, causal: bool, distances_BxL=None) -> base.BiasFn:
+    del causal, distances_BxL
     fn = kerple_log_bias if self.kernel == "log" else kerple_power_bias
     p, a = self.bias_p[...], self.bias_a[...]
     return lambda q, k, qp, kp: fn(qp, kp, p, a)

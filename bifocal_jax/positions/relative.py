@@ -29,11 +29,11 @@ key.
 - `randomized_relative` (NOISY_RELATIVE, `randomize_both_sides=False`): the
   distance `d = j - i` (their convention) is replaced by `sign(d) r_|d|`, with
   `0 = r_0 < r_1 < ... < r_{L-1}` sorted draws without replacement from
-  `[1, max_position)`, one set per batch (drawn for its longest real length:
-  `alibi.draw_distances`), at every call. Their code refuses
-  causal attention (NotImplementedError): encoder only. Their released code
-  looks the encodings up in a table of positions `0 .. max_position-1` at
-  index `sign(d) r_|d| + max_position`, past its end for `d >= 0` (JAX clamps
+  `[1, max_position)`, one set per batch (in a padded batch, each sequence
+  gets the set of its own real length: `alibi.draw_distances`), at every
+  call. Their code refuses causal attention (NotImplementedError): encoder
+  only. Their released code looks the encodings up in a table of positions
+  `0 .. max_position-1` at index `sign(d) r_|d| + max_position`, past its end for `d >= 0` (JAX clamps
   the index), so every key at or right of the query gets `s(max_position - 1)`:
   issue #2 of that repository, whose maintainers posted the fix (the table
   covers `[-max_position, max_position)`, so the index lands on
@@ -109,6 +109,8 @@ def relative_logits(q_BxHxQxK, k_BxHxSxK, r_WxHxK, u_HxK, v_HxK, *,
   row `w` of `r_WxHxK` encodes the distance `i - j = d_max - w` and
   `d_max = Q - 1 + (first query's position - first key's position)`
   (`W >= Q + S - 1`; a spare row past those saves `relative_shift` a copy).
+  `r_WxHxK` may be `[B, W, H, K]`: each sequence's own encodings (randomized
+  distances drawn per real length).
 
   With only the distances `Q - 1 .. 0` (and a spare: `W = Q + 1`, `Q = S`: a
   causal diagonal block) the entries above the diagonal, which the causal
@@ -123,7 +125,15 @@ def relative_logits(q_BxHxQxK, k_BxHxSxK, r_WxHxK, u_HxK, v_HxK, *,
   content = jnp.einsum("hk,bhsk->bhs", u_HxK * scale, k_BxHxSxK.astype(jnp.float32))[:, :, None, :]
   if per_head is None:
     per_head = jax.default_backend() == "cpu"
-  if per_head:
+  if r_WxHxK.ndim == 4:  # each sequence its own encodings: batched products
+    if per_head:
+      position = jnp.stack([
+          relative_shift(jnp.einsum("bqk,bwk->bqw", q_plus_v[:, h], r_WxHxK[:, :, h]), keys)
+          for h in range(q_BxHxQxK.shape[1])
+      ], axis=1)
+    else:
+      position = relative_shift(jnp.einsum("bhqk,bwhk->bhqw", q_plus_v, r_WxHxK), keys)
+  elif per_head:
     # One plain [B Q, K] x [K, W] matmul and skew per head: the batched einsum
     # below makes XLA:CPU transpose its [B, H, Q, W] output to heads-major and
     # back (forward and backward). Per head, these logits' forward and backward
@@ -158,26 +168,29 @@ class RelativeBias(nnx.Module):
     self.randomized, self.released_lookup = randomized, released_lookup
     self.max_position = int(max_position)
 
-  def encodings(self, values_R) -> jax.Array:
-    """`R = W_R s(values)` as `[R, H, K]`."""
+  def encodings(self, values) -> jax.Array:
+    """`R = W_R s(values)` as `[..., H, K]` (`values` `[...]`)."""
     hidden = self.num_heads * self.head_dim
     if self.released_lookup:  # issue #2: a table of positions 0 .. max_position-1 only
-      values_R = jnp.clip(values_R + self.max_position, 0, self.max_position - 1)
-    s = absolute.sinusoid(values_R, hidden, self.max_time)
-    return (s @ self.w_r[...]).reshape(-1, self.num_heads, self.head_dim)
+      values = jnp.clip(values + self.max_position, 0, self.max_position - 1)
+    s = absolute.sinusoid(values, hidden, self.max_time)
+    return (s @ self.w_r[...]).reshape(*jnp.shape(values), self.num_heads, self.head_dim)
 
-  def bias_fn(self, *, causal: bool, distances_L=None) -> base.BiasFn:
+  def bias_fn(self, *, causal: bool, distances_BxL=None) -> base.BiasFn:
     del causal
     u, v = self.u_HxK[...], self.v_HxK[...]
 
-    def encoded(offsets):
-      if self.randomized:
-        d = -offsets  # their d = j - i; in order (no draws) r_|d| = |d|
-        values = d if distances_L is None else jnp.sign(d) * jnp.take(distances_L, jnp.abs(d),
-                                                                      mode="clip")
-      else:
-        values = offsets
-      return self.encodings(values)
+    def encoded(offsets_W):
+      """`[W, H, K]`, or `[B, W, H, K]` when each sequence has its own distances."""
+      if not self.randomized:
+        return self.encodings(offsets_W)
+      d_W = -offsets_W  # their d = j - i
+      if distances_BxL is None:
+        return self.encodings(d_W)  # in order (no draws): r_|d| = |d|
+      r_BxW = jnp.take(jnp.atleast_2d(distances_BxL), jnp.abs(d_W), axis=-1, mode="clip")
+      if r_BxW.shape[0] == 1:
+        r_BxW = r_BxW[0]
+      return self.encodings(jnp.sign(d_W) * r_BxW)
 
     def fn(q, k, qp, kp):
       queries, keys = q.shape[2], k.shape[2]

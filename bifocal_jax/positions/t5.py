@@ -56,8 +56,8 @@ class T5Bias(nnx.Module):
     self.rel_embedding = nnx.Param(init(rngs.params(), (num_heads, num_buckets), jnp.float32))
     self.num_buckets, self.max_distance = num_buckets, max_distance
 
-  def bias_fn(self, *, causal: bool, distances_L=None) -> base.BiasFn:
-    del distances_L
+  def bias_fn(self, *, causal: bool, distances_BxL=None) -> base.BiasFn:
+    del distances_BxL
     table = self.rel_embedding[...]
 
     def fn(q, k, qp, kp):
