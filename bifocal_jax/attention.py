@@ -59,6 +59,9 @@ def default_position_config() -> ml_collections.ConfigDict:
           rotary_fraction=0.5,  # partial_rope: fraction of each head rotated
           max_position=8192,  # randomized_rope: positions drawn from [0, max_position)
           randomize_eval=True,  # randomized_rope: also randomize at evaluation (as Ruoss et al.)
+          # randomized kinds: a draw per attention layer (True) or one for all
+          # layers (False); None: as the kind's source (`Scheme.layer_draws`)
+          draw_per_layer=ml_collections.config_dict.placeholder(bool),
           split="heads",  # bifocal: "heads" or "pairs"
           spectral_heads=-1,  # bifocal/heads: number of spectral heads (-1: half)
           spectral_pairs=-1,  # bifocal/pairs: spectral pairs per head (-1: half)

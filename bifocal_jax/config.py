@@ -189,6 +189,7 @@ def _check_model_and_position(config, task) -> int:
     scheme.check_direction(causal=task.causal)
     if scheme.check is not None:
       scheme.check(position, num_heads=heads, head_dim=head_dim)
+    scheme.draws_per_layer(position)
   except ValueError as e:
     raise ConfigError(f"config.{e} (task {config.task.name!r})") from None
   if position.layout not in ("half", "interleaved"):

@@ -145,6 +145,12 @@ def compute_dtype(cfg: ml_collections.ConfigDict):
   return DTYPES[cfg.dtype]
 
 
+def layer_input(x: jax.Array | None, layer: int) -> jax.Array | None:
+  """Layer `layer`'s positions or distances: `x[layer]` when drawn per layer
+  (`[layers, B, L]`), else `x` (`[B, L]`, `[1, L]` or `[L]`: for all layers)."""
+  return x[layer] if x is not None and x.ndim == 3 else x
+
+
 class Transformer(nnx.Module):
   """`logits_BxLxV = model(tokens_BxL, valid_BxL, rng=...)`."""
 
@@ -157,6 +163,7 @@ class Transformer(nnx.Module):
     scheme = positions_lib.get(position.kind)
     scheme.check_direction(causal=causal)
     self.randomize = scheme.randomize
+    self.draw_per_layer = scheme.draws_per_layer(position)
     self.max_position = int(position.max_position)
     self.randomize_eval = bool(position.randomize_eval)
     self.embed_VxD = nnx.Param(
@@ -211,16 +218,26 @@ class Transformer(nnx.Module):
     """`(positions_BxL, distances_BxL)` of a call: randomized ones drawn for the
     real lengths `valid_BxL` marks (padding changes no real token's draw, nor
     does a longer sequence in the batch), as the source draws them for a batch
-    of one unpadded length."""
+    of one unpadded length. With `draw_per_layer`, the randomized one of the
+    two has a leading layer axis (`[layers, B, L]`: each layer its own draw,
+    `layer_input` picks a layer's)."""
     batch, length = tokens_BxL.shape
     lengths_B = None if valid_BxL is None else jnp.sum(valid_BxL, axis=-1, dtype=jnp.int32)
     if not (self._randomizes(train) and self.randomize != positions_lib.base.DISTANCES):
       # In-order positions are shared by the batch ([1, L]), so every layer
       # computes its rotary angles once for all sequences.
-      positions_BxL = self.positions((1, length), rng, train)
+      positions = lambda key: self.positions((1, length), key, train)
     else:
-      positions_BxL = self.positions((batch, length), rng, train, lengths_B=lengths_B)
-    return positions_BxL, self.distances(length, rng, train, lengths_B=lengths_B)
+      positions = lambda key: self.positions((batch, length), key, train, lengths_B=lengths_B)
+    distances = lambda key: self.distances(length, key, train, lengths_B=lengths_B)
+    if not (self.draw_per_layer and self._randomizes(train)):
+      return positions(rng), distances(rng)
+    if rng is None:
+      raise ValueError(f"position.kind={self.position_kind!r} needs an rng to draw positions")
+    keys = jax.random.split(rng, len(self.blocks))
+    if self.randomize == positions_lib.base.DISTANCES:
+      return positions(None), jnp.stack([distances(k) for k in keys])
+    return jnp.stack([positions(k) for k in keys]), distances(None)
 
   def __call__(self, tokens_BxL: jax.Array, valid_BxL: jax.Array | None = None, *,
                positions_BxL: jax.Array | None = None, distances_BxL: jax.Array | None = None,
@@ -237,9 +254,9 @@ class Transformer(nnx.Module):
     x_BxLxD = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(self.dtype)
     if self.position_embedding is not None:
       x_BxLxD = x_BxLxD + self.position_embedding(positions_BxL).astype(self.dtype)
-    for block in self.blocks:
-      x_BxLxD = block(x_BxLxD, positions_BxL, valid_BxL, shared=self.position,
-                      distances_BxL=distances_BxL)
+    for i, block in enumerate(self.blocks):
+      x_BxLxD = block(x_BxLxD, layer_input(positions_BxL, i), valid_BxL, shared=self.position,
+                      distances_BxL=layer_input(distances_BxL, i))
     x_BxLxD = self.ln_final(x_BxLxD)
     return (x_BxLxD @ self.unembed_DxV[...].astype(self.dtype)).astype(jnp.float32)
 

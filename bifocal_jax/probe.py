@@ -75,6 +75,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bifocal_jax import attention as attention_lib
+from bifocal_jax import model as model_lib
 from bifocal_jax import positions as positions_lib
 from bifocal_jax import rope as rope_lib
 from bifocal_jax.tasks import base
@@ -256,17 +257,20 @@ def trace(model, tokens_BxL, valid_BxL, *, rng=None, match_BxL=None, top_BxL=Non
     x = x + model.position_embedding(positions_BxL).astype(model.dtype)
   residuals, masses = [x], {"match_mass": [], "top_mass": []}
   targets = {"match_mass": match_BxL, "top_mass": top_BxL}
-  for block in model.blocks:
+  for i, block in enumerate(model.blocks):
+    layer = dict(positions_BxL=model_lib.layer_input(positions_BxL, i),
+                 distances_BxL=model_lib.layer_input(distances_BxL, i))
     if match_BxL is not None or top_BxL is not None:
-      w_BxHxLxL = attention_weights(block.attn, block.ln_attn(x), positions_BxL, valid_BxL,
-                                    shared=model.position, distances_BxL=distances_BxL)
+      w_BxHxLxL = attention_weights(block.attn, block.ln_attn(x), layer["positions_BxL"], valid_BxL,
+                                    shared=model.position, distances_BxL=layer["distances_BxL"])
       for name, index_BxL in targets.items():
         if index_BxL is not None:
           at = jnp.maximum(index_BxL, 0)[:, None, :, None]
           picked = jnp.take_along_axis(w_BxHxLxL, jnp.broadcast_to(at, w_BxHxLxL.shape[:3] + (1,)),
                                        axis=-1)[..., 0]
           masses[name].append(jnp.where(index_BxL[:, None, :] >= 0, picked, 0.0))
-    x = block(x, positions_BxL, valid_BxL, shared=model.position, distances_BxL=distances_BxL)
+    x = block(x, layer["positions_BxL"], valid_BxL, shared=model.position,
+              distances_BxL=layer["distances_BxL"])
     residuals.append(x)
   logits = (model.ln_final(x) @ model.unembed_DxV[...].astype(model.dtype)).astype(jnp.float32)
   out = dict(residuals=jnp.stack(residuals).astype(jnp.float32), logits=logits)

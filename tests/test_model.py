@@ -197,6 +197,48 @@ def test_padding_changes_no_real_tokens_randomized_draw(position_config, kind, c
   assert np.max(np.abs(run(model, real, valid, jax.random.key(4)) - unpadded)) > 1e-4
 
 
+@pytest.mark.parametrize("kind,per_layer", [("randomized_alibi", None), ("randomized_rope", True)])
+def test_a_draw_per_layer(position_config, kind, per_layer):
+  """`position.draw_per_layer` (default: the source's way; randomized ALiBi's
+  attention module draws anew in every layer): layer i draws with the i-th of
+  the call's keys split per layer, and each layer reads its own draw."""
+  model = model_lib.Transformer(tiny_config(num_layers=2), position_config(
+      kind, draw_per_layer=per_layer), vocab_size=VOCAB, causal=True, rngs=nnx.Rngs(0))
+  assert model.draw_per_layer
+  tokens = jnp.asarray(np.random.default_rng(0).integers(1, VOCAB, (BATCH, SEQ)), jnp.int32)
+  valid = jnp.arange(SEQ)[None, :] < jnp.asarray([[SEQ], [4]])
+  key = jax.random.key(5)
+  positions, distances = model.draw(tokens, valid, key, True)
+  drawn = distances if kind == "randomized_alibi" else positions
+  assert drawn.shape == (2, BATCH, SEQ) and not np.array_equal(drawn[0], drawn[1])
+  shared = model_lib.Transformer(tiny_config(num_layers=2), position_config(
+      kind, draw_per_layer=False), vocab_size=VOCAB, causal=True, rngs=nnx.Rngs(0))
+  assert not shared.draw_per_layer
+  for layer, layer_key in enumerate(jax.random.split(key, 2)):
+    p, d = shared.draw(tokens, valid, layer_key, True)
+    np.testing.assert_array_equal(drawn[layer], d if kind == "randomized_alibi" else p)
+  logits = model(tokens, valid, rng=key, train=True)
+  np.testing.assert_allclose(logits, model(tokens, valid, positions_BxL=positions,
+                                           distances_BxL=distances), atol=1e-6)
+  # Both layers on layer 0's draw: other logits.
+  first = dict(positions_BxL=positions, distances_BxL=distances[0]) if kind == "randomized_alibi" \
+      else dict(positions_BxL=positions[0], distances_BxL=None)
+  assert np.max(np.abs(model(tokens, valid, **first) - logits)) > 1e-4
+
+
+@pytest.mark.parametrize("kind,message", [("rope", "draws no positions"),
+                                          ("randomized_sin_cos", "draws its positions once")])
+def test_a_draw_per_layer_needs_a_kind_that_draws_in_the_layers(position_config, kind, message):
+  with pytest.raises(ValueError, match=rf"position\.draw_per_layer=True: position\.kind="
+                     rf"'{kind}' {message}"):
+    model_lib.Transformer(tiny_config(), position_config(kind, draw_per_layer=True),
+                          vocab_size=VOCAB, causal=True, rngs=nnx.Rngs(0))
+  defaults = {k: positions_lib.get(k).draws_per_layer(position_config(k))
+              for k in ("randomized_rope", "randomized_alibi", "randomized_relative", "rope")}
+  assert defaults == dict(randomized_rope=False, randomized_alibi=True, randomized_relative=True,
+                          rope=False)
+
+
 def test_a_padded_sequence_draws_as_its_unpadded_length():
   """The first n of a padded sequence's positions are a uniform n-subset of
   `[0, M)`: their largest is n/(n+1) M on average (the first n of a width-W

@@ -54,6 +54,23 @@ def test_a_kind_is_refused_in_one_line_where_its_source_does_not_define_it(kind,
   assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("kind, value, why", [("rope", True, "draws no positions"),
+                                              ("learnt", True, "draws no positions"),
+                                              ("randomized_learnt", True, "draws its positions once"),
+                                              ("randomized_alibi", "yes", "must be True, False")])
+def test_a_draw_per_layer_is_refused_in_one_line_where_it_means_nothing(kind, value, why):
+  config = config_lib.load_file(helpers.ROOT / "configs" / "dyck.py", "tiny")
+  config.position.kind = kind
+  with config.unlocked(), config.position.ignore_type():
+    config.position.draw_per_layer = value
+  with pytest.raises(config_lib.ConfigError,
+                     match=rf"config\.position\.draw_per_layer={value!r}: .*{why}") as e:
+    config_lib.validate(config, num_devices=1)
+  assert "\n" not in str(e.value)
+  config.position.draw_per_layer = None
+  config_lib.validate(config, num_devices=1)
+
+
 def _tiny_model(kind, *, causal=True, vocab=12, **position):
   cfg = ml_collections.ConfigDict(dict(num_layers=2, d_model=16, num_heads=2, head_dim=-1,
                                        mlp_dim=16, dtype="float32"))

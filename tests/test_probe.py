@@ -153,7 +153,8 @@ def test_weights_times_values_reproduce_the_attention_output(position_config, ki
   model = build_model(position_config, kind, **overrides)
   tokens, valid = random_batch(1)
   rng = jax.random.key(2)
-  positions, distances = model.draw(tokens, valid, rng, False)
+  # Layer 1's draw (randomized_alibi draws anew in every layer, as its source).
+  positions, distances = (model_lib.layer_input(x, 1) for x in model.draw(tokens, valid, rng, False))
   block = model.blocks[1]
   x = probe.trace(model, tokens, valid, rng=rng)["residuals"][1]
   h = block.ln_attn(x)

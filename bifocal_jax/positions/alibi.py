@@ -19,8 +19,10 @@ distance `|i - j|` is replaced by `r_{|i-j|}`, where `0 = r_0 < r_1 < ... <
 r_{L-1}` are sorted draws without replacement from `[1, max_position)`, one
 set per batch (also at evaluation, as their code draws them at every call;
 in a padded batch each sequence gets the set of its own real length):
-`slope * (-r_{|i-j|} + offset * [i > j])`. Their code is the encoder's; the
-decoder uses the same distances under the causal mask.
+`slope * (-r_{|i-j|} + offset * [i > j])`, drawn anew in every layer (their
+attention module draws with `hk.next_rng_key()`; `position.draw_per_layer`).
+Their code is the encoder's; the decoder uses the same distances under the
+causal mask.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ SCHEMES = (
         "(encoder)", layer=_layer(False)),
     base.Scheme("randomized_alibi", base.BIAS,
                 "Ruoss et al. 2023, compute_noisy_alibi_encodings_biases", layer=_layer(True),
-                randomize=base.DISTANCES),
+                randomize=base.DISTANCES, layer_draws=True),
 )
 
 CONFIG_KEYS = {

@@ -68,6 +68,9 @@ class Scheme:
   encoder: bool = True  # defined for the bidirectional encoder (Chomsky tasks)
   decoder: bool = True  # defined for the causal decoder (Dyck)
   randomize: str = IN_ORDER
+  # The source draws its positions or distances anew in every attention layer
+  # (`position.draw_per_layer`'s default; else one draw for all layers).
+  layer_draws: bool = False
   rope: Builder | None = None  # -> module at block.attn.rope
   layer: Builder | None = None  # -> module at block.attn.position (one per layer)
   shared: Builder | None = None  # -> module at model.position (shared by all layers)
@@ -86,6 +89,20 @@ class Scheme:
   @property
   def randomized(self) -> bool:
     return self.randomize != IN_ORDER
+
+  def draws_per_layer(self, position) -> bool:
+    """`position.draw_per_layer` resolved (None: `layer_draws`, the source's
+    way), or a ValueError naming the key where the kind cannot."""
+    value = position.get("draw_per_layer")
+    if value is None:
+      return self.layer_draws
+    if not isinstance(value, bool):
+      raise ValueError(f"position.draw_per_layer={value!r}: must be True, False or None")
+    if value and self.randomize not in (PER_SEQUENCE, DISTANCES):
+      why = ("draws no positions" if not self.randomized else
+             "draws its positions once, for the embedding added at the input")
+      raise ValueError(f"position.draw_per_layer=True: position.kind={self.name!r} {why}")
+    return value
 
   def check_direction(self, *, causal: bool) -> None:
     """A ValueError naming the kind where its source does not define it."""

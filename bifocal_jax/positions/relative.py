@@ -31,7 +31,8 @@ key.
   `0 = r_0 < r_1 < ... < r_{L-1}` sorted draws without replacement from
   `[1, max_position)`, one set per batch (in a padded batch, each sequence
   gets the set of its own real length: `alibi.draw_distances`), at every
-  call. Their code refuses causal attention (NotImplementedError): encoder
+  call and in every layer (their attention module draws with
+  `hk.next_rng_key()`; `position.draw_per_layer`). Their code refuses causal attention (NotImplementedError): encoder
   only. Their released code looks the encodings up in a table of positions
   `0 .. max_position-1` at index `sign(d) r_|d| + max_position`, past its end for `d >= 0` (JAX clamps
   the index), so every key at or right of the query gets `s(max_position - 1)`:
@@ -233,7 +234,7 @@ SCHEMES = (
                 f"{SOURCE}", layer=_layer(False)),
     base.Scheme("randomized_relative", base.BIAS,
                 "Ruoss et al. 2023, compute_attention_with_noisy_relative_encodings",
-                layer=_layer(True), randomize=base.DISTANCES, decoder=False,
+                layer=_layer(True), randomize=base.DISTANCES, layer_draws=True, decoder=False,
                 why_not="their code raises NotImplementedError for causal attention"),
 )
 
