@@ -227,10 +227,17 @@ class Run:
     return eval_command(self.task, self.kind, self.workdir(out), out, steps=steps)
 
 
+# A run stopped (a signal, a preemption) saves at the step it stopped, off
+# the checkpoint interval; Orbax counts that save among the newest it keeps,
+# so each stop would push out an older checkpoint: room for this many stops.
+STOP_SAVES = 4
+
+
 def _keeping(task: TaskSpec, overrides: dict, steps: Sequence[int]) -> dict:
   """`keep_checkpoints` large enough that the checkpoints at `steps`, which
   are evaluated after training, outlive the newer ones (Orbax keeps the
-  newest `keep_checkpoints`); a ValueError where no checkpoint is saved at one."""
+  newest `keep_checkpoints`), even after `STOP_SAVES` stops and resumes; a
+  ValueError where no checkpoint is saved at one."""
   if not steps:
     return {}
   every = overrides.get("checkpoint_every") or _config_value(task.config, "checkpoint_every")
@@ -240,7 +247,7 @@ def _keeping(task: TaskSpec, overrides: dict, steps: Sequence[int]) -> dict:
     raise ValueError(f"task {task.name!r}: no checkpoint at steps {missed} to evaluate "
                      f"(checkpoint_every={every}); make it divide them")
   # the saves at min(steps), ..., the last multiple of `every`, and the final step
-  needed = (overrides["steps"] - min(steps)) // every + 2
+  needed = (overrides["steps"] - min(steps)) // every + 2 + STOP_SAVES
   return {"keep_checkpoints": max(keep, needed)}
 
 

@@ -254,14 +254,18 @@ def test_a_task_without_a_just_fit_budget_reads_it_off_its_calibration(tmp_path)
 def test_every_checkpoint_a_converged_run_is_evaluated_at_is_kept(name):
   """At the cap and at a budget short of it that checkpoint_every does not
   divide (converged_chomsky's bucket_sort: 875 of 1,000 steps, saves every 250,
-  the evaluated 250 and 500 older than the newest 3 of the config's default)."""
+  the evaluated 250 and 500 older than the newest 3 of the config's default),
+  also when the run was stopped and resumed, each stop a save at its step
+  (bucket_sort's seed 1 of `partial_rope` lost its step-250 checkpoint so)."""
   for task in ex.PRESETS[name].tasks:
     for budget in (task.max_steps, task.max_steps * 7 // 8 + 1):
       run = ex.Run(task, "rope", 0)
       o = run.overrides("/o", budget)
-      saved = sorted(set(range(o["checkpoint_every"], o["steps"] + 1, o["checkpoint_every"]))
-                     | {o["steps"]})
-      kept = set(saved[-o["keep_checkpoints"]:])
+      every = o["checkpoint_every"]
+      saved = sorted(set(range(every, o["steps"] + 1, every)) | {o["steps"]})
+      # the newest stops there can be: just before the end
+      stops = [t for t in range(o["steps"] - 1, 0, -1) if t % every][:runs_lib.STOP_SAVES]
+      kept = set(sorted(set(saved) | set(stops))[-o["keep_checkpoints"]:])
       assert set(run.checkpoint_steps(budget)) <= kept, (task.name, budget)
 
 
