@@ -119,3 +119,18 @@ def test_build_model_sets_npos_from_the_training_context():
   config.position.cope_npos = 7  # a given value is kept
   model = nnx.eval_shape(lambda: state_lib.build_model(config, task))
   assert model.blocks[0].attn.position.pos_emb_KxP.shape[-1] == 7
+
+
+def test_the_encoder_cannot_tell_a_query_its_own_index(case):
+  """Without the causal mask a key's position counts the gates from it to the
+  end of the sequence, and nothing depends on the query's own index: queries
+  equal at two indices get equal outputs (why CoPE, like NoPE, fits no
+  bucket_sort model in the encoder, where output i is the i-th smallest).
+  The causal form counts up to the query, and tells them apart."""
+  _, tokens, pos_emb = case
+  tokens = {name: x.copy() for name, x in tokens.items()}
+  tokens["q"][:, 9] = tokens["q"][:, 2]  # the same query at indices 2 and 9
+  encoder = np.asarray(make_fn(pos_emb, causal=False)(tokens, None, 16))
+  np.testing.assert_allclose(encoder[:, 9], encoder[:, 2], atol=1e-6)
+  decoder = np.asarray(make_fn(pos_emb, causal=True)(tokens, None, 16))
+  assert np.abs(decoder[:, 9] - decoder[:, 2]).max() > 1e-3
