@@ -236,6 +236,7 @@ def probe_summary(report: dict) -> dict:
   out["by_eye"] = attention["by_eye"]
   out["uniform_mass"] = attention["uniform_mass"]
   out["match_mass"] = attention["match_mass"]
+  out["eyes"] = attention["eyes"]  # which heads `match_mass`'s are: the same-heads pairing
   return out
 
 

@@ -39,6 +39,7 @@ ex = _load("extrapolation")
 report_lib = _load("extrapolation_report")
 import extrapolation_presets as presets_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import extrapolation_runs as runs_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+import probe_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 TASK = ex.TaskSpec("odds_first", variant="tiny", overrides=(("batch_size", 8),))
 PRESET = ex.Preset(tasks=(TASK,), kinds=("rope", "bifocal_heads"), seeds=(0, 1),
@@ -391,13 +392,15 @@ def test_a_probed_task_probes_at_its_end_and_its_summary_waits_for_the_probe(tmp
       layers=["embedding", "block 1"], fitted_max_depth=5,
       depth={"valid": [layer, layer], "test_depth": [layer, dict(layer, accuracy=0.4)]},
       attention=dict(by_eye={"test_depth": {"match_mass": {"geometric": 0.2}}},
-                     uniform_mass={"test_depth": 0.05}, match_mass={"test_depth": [[0.2]]}))
+                     uniform_mass={"test_depth": 0.05}, match_mass={"test_depth": [[0.2]]},
+                     eyes=[["geometric"]]))
   with open(results_path, "w") as f:
     json.dump(results, f)
   s = ex.summary_of(run, out, 10, 1.0)
   assert s["probe"]["depth"]["test_depth"]["accuracy"] == [0.9, 0.4]
   assert s["probe"]["by_eye"]["test_depth"]["match_mass"] == {"geometric": 0.2}
-  table = report_lib.probe_table({("scratch", "rope"): {0: s}})
+  assert s["probe"]["eyes"] == [["geometric"]]  # which heads the masses are, for the pairing
+  table = probe_report.probe_table({("scratch", "rope"): {0: s}})
   assert "| rope (scratch) | 1 | 0.900 (n=1) | 0.400 (n=1) | 0.100 (n=1) | geometric 0.200 | 0.050 |" in (
       table)
 

@@ -309,11 +309,12 @@ def test_evaluate_with_probe(trained_run, tmp_path):
   # The sweep's summary of it and its report table (benchmarks/extrapolation*.py)
   sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
   import extrapolation  # pylint: disable=g-import-not-at-top
-  import extrapolation_report  # pylint: disable=g-import-not-at-top
+  import probe_report  # pylint: disable=g-import-not-at-top
   summary = extrapolation.probe_summary(p)
   assert summary["depth"]["test_depth"]["accuracy"] == [
       layer["accuracy"] for layer in p["depth"]["test_depth"]]
-  table = extrapolation_report.probe_table({("scratch", "bifocal"): {0: {"probe": summary}}})
+  assert probe_report.head_eyes({"probe": summary}) == p["attention"]["eyes"]
+  table = probe_report.probe_table({("scratch", "bifocal"): {0: {"probe": summary}}})
   assert "| bifocal (scratch) | 1 |" in table and "spectral 0." in table
 
 

@@ -1,0 +1,209 @@
+"""The mechanism probes' tables, rebuilt from the committed run summaries.
+
+`eval.py --probe` (`bifocal_jax/probe.py`) records, per run, linear probes of
+the nesting depth and each head's attention weight on the matching opening
+bracket at every closing bracket (`match_mass`, per layer and head). Two
+tables come from them:
+
+  * `probe_table`: per cell, means over seeds (the depth probe at the last
+    layer; the matching-bracket mass averaged by eye);
+  * `same_heads_table`: each eye's heads against *the same heads* of the
+    RoPE run of that seed. Every kind of one seed starts from the same
+    weights (`tests/test_probe_report.py` checks it), and within a bifocal
+    run an eye is also a set of head indices (the spectral heads are the last
+    ones), so a gap between a run's two eyes can be which heads they are
+    rather than what their frequencies learned. Paired by head and seed, the
+    difference is what the position scheme changed in those heads. The paper
+    says spectral eyes "track long-range recursive depth": that predicts a
+    spectral eye above RoPE's same heads, and above its own run's geometric
+    eye net of theirs (the `spectral - geometric` row).
+
+The surgery arm is paired with the `continue` arm (both start from the same
+trained RoPE checkpoint); every other scratch cell with `rope (scratch)`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
+from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
+from report_tables import fmt_interval, markdown_table, scratch_first  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# The cell each arm's heads are set against: the same seed's RoPE run that
+# started from the same weights.
+REFERENCE = {"scratch": ("scratch", "rope"), "surgery": ("continue", "rope")}
+# The `position.kind`s whose models of one seed start from RoPE's weights
+# (theirs plus, for some, frequencies or slopes). The others draw parameters
+# of their own first (`learnt`'s table, `t5`'s buckets, `fire`'s MLP, ...),
+# which moves every later draw: their heads have no RoPE twin.
+# `tests/test_probe_report.py` checks this set against the models.
+STARTS_AS_ROPE = frozenset({
+    "nope", "rope", "partial_rope", "randomized_rope", "spectral", "bifocal", "alibi",
+    "randomized_alibi", "sin_cos", "randomized_sin_cos", "cope", "stickbreaking"})
+SPLITS = ("test_depth", "valid")
+
+
+def probe_table(groups: dict) -> str:
+  """Per cell, mean over seeds: the depth probe's accuracy at the last layer
+  (held-out `valid`, `test_depth`, and its depths deeper than any fitted) and
+  each eye's attention on the matching bracket at closing positions of
+  `test_depth` (a uniform head's weight on one key beside it)."""
+  header = ["position (arm)", "seeds", "depth probe, last layer: valid", "test_depth",
+            "test_depth, unseen depths", "matching-bracket mass on test_depth, by eye",
+            "uniform head"]
+  rows = [header, ["---"] * len(header)]
+  for (arm, group), runs in scratch_first(groups):
+    probes = [s["probe"] for s in runs.values() if s.get("probe")]
+    if not probes:
+      continue
+    row = [f"{group} ({arm})", str(len(probes))]
+    for split, key in (("valid", "accuracy"), ("test_depth", "accuracy"),
+                       ("test_depth", "unseen_accuracy")):
+      values = [p["depth"][split][key][-1] for p in probes]
+      row.append(fmt_interval(stats.seed_interval([v for v in values if v is not None]))
+                 if any(v is not None for v in values) else "-")
+    eyes = sorted({e for p in probes for e in p["by_eye"]["test_depth"]["match_mass"]})
+    cells = []
+    for eye in eyes:
+      values = [p["by_eye"]["test_depth"]["match_mass"].get(eye) for p in probes]
+      values = [v for v in values if v is not None]
+      cells.append(f"{eye} {np.mean(values):.3f}" if values else f"{eye} -")
+    row.append(", ".join(cells) or "-")
+    row.append(f"{np.mean([p['uniform_mass']['test_depth'] for p in probes]):.3f}")
+    rows.append(row)
+  return markdown_table(rows) if len(rows) > 2 else ""
+
+
+def head_eyes(summary: dict) -> list[list[str]] | None:
+  """Each head's eye, per layer, of a probed run (`bifocal_jax.probe.head_eyes`):
+  as its summary recorded them, or, for summaries written before they were
+  recorded, from the model its config and overrides build (None without them)."""
+  recorded = summary["probe"].get("eyes")
+  if recorded is not None:
+    return recorded
+  if summary.get("overrides") is None:
+    return None
+  overrides = {k: v for k, v in summary["overrides"].items() if k != "seed"}
+  return _eyes_of_config(summary["config"], json.dumps(overrides, sort_keys=True))
+
+
+@functools.cache
+def _eyes_of_config(config_spec: str, overrides_json: str) -> list[list[str]]:
+  # Shapes only (`nnx.eval_shape`): the eyes are static module attributes.
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import probe, state, tasks  # pylint: disable=g-import-not-at-top
+  path, _, arg = config_spec.partition(":")
+  config = config_lib.load_file(os.path.join(REPO, path), arg or None)
+  for key, value in json.loads(overrides_json).items():
+    *parents, leaf = key.split(".")
+    node = config
+    for name in parents:
+      node = node.get(name) if hasattr(node, "get") else None
+    if node is None or not hasattr(node, "get") or leaf not in node:
+      raise KeyError(f"override {key!r}: not a key of {config_spec}")  # as --config.key is
+    node[leaf] = value
+  model = nnx.eval_shape(lambda: state.build_model(config, tasks.get_task(config.task)))
+  return [probe.head_eyes(block.attn) for block in model.blocks]
+
+
+def position_kind(summary: dict) -> str | None:
+  """The run's `position.kind` (None when its summary has no overrides)."""
+  return (summary.get("overrides") or {}).get("position.kind")
+
+
+def _eye_masses(summary: dict, split: str) -> dict[str, list[tuple[int, int, float]]]:
+  """{eye: [(layer, head, matching-bracket mass)]} over the heads with weights."""
+  masses = summary["probe"].get("match_mass", {}).get(split)
+  eyes = head_eyes(summary) if masses is not None else None
+  if eyes is None:
+    return {}
+  out: dict[str, list] = {}
+  for layer, (layer_masses, layer_eyes) in enumerate(zip(masses, eyes)):
+    for head, (mass, eye) in enumerate(zip(layer_masses, layer_eyes)):
+      if mass is not None:
+        out.setdefault(eye, []).append((layer, head, mass))
+  return out
+
+
+def same_heads_differences(cell: dict, reference: dict, split: str) -> dict[str, dict]:
+  """{eye: {"seeds", "heads", "mass": [...], "reference": [...]}}: per seed both
+  cells probed, the mean matching-bracket mass over the eye's heads in `cell`
+  and over the same (layer, head) indices in `reference`."""
+  out: dict[str, dict] = {}
+  for seed in sorted(set(cell) & set(reference)):
+    if not (cell[seed].get("probe") and reference[seed].get("probe")):
+      continue
+    ref_masses = reference[seed]["probe"].get("match_mass", {}).get(split)
+    if ref_masses is None:
+      continue
+    for eye, heads in _eye_masses(cell[seed], split).items():
+      same = [ref_masses[layer][head] for layer, head, _ in heads]
+      if any(m is None for m in same):
+        continue
+      row = out.setdefault(eye, dict(seeds=[], heads=len(heads), mass=[], reference=[]))
+      row["seeds"].append(seed)
+      row["mass"].append(float(np.mean([m for _, _, m in heads])))
+      row["reference"].append(float(np.mean(same)))
+  return out
+
+
+def same_heads_table(groups: dict) -> str:
+  """Per cell and eye, the matching-bracket mass against the same heads of
+  the RoPE run of the same seed (`REFERENCE`), paired over seeds; for a run
+  with spectral and geometric eyes also their difference, each net of RoPE's
+  same heads. **Bold**: the 95% interval excludes zero."""
+  header = ["position (arm)", "eye", "heads", "seeds", "test_depth: its heads",
+            "RoPE's same heads", "difference", "valid: difference"]
+  rows = [header, ["---"] * len(header)]
+  for (arm, group), runs in scratch_first(groups):
+    reference = groups.get(REFERENCE.get(arm))
+    if (reference is None or (arm, group) == REFERENCE.get(arm)
+        or not all(position_kind(s) in STARTS_AS_ROPE for s in runs.values())):
+      continue
+    by_split = {split: same_heads_differences(runs, reference, split) for split in SPLITS}
+    tested = by_split["test_depth"]
+    for eye, row in sorted(tested.items()):
+      valid = by_split["valid"].get(eye)
+      rows.append([f"{group} ({arm})", eye, str(row["heads"]), str(len(row["seeds"])),
+                   f"{np.mean(row['mass']):.3f}", f"{np.mean(row['reference']):.3f}",
+                   fmt_interval(stats.paired_difference(row["mass"], row["reference"]),
+                                signed=True),
+                   fmt_interval(stats.paired_difference(valid["mass"], valid["reference"]),
+                                signed=True) if valid else "-"])
+    if {"spectral", "geometric"} <= set(tested):
+      spectral, geometric = tested["spectral"], tested["geometric"]
+      net = [np.subtract(eye["mass"], eye["reference"]) for eye in (spectral, geometric)]
+      valid_net = [np.subtract(by_split["valid"][e]["mass"], by_split["valid"][e]["reference"])
+                   for e in ("spectral", "geometric") if e in by_split["valid"]]
+      rows.append([f"{group} ({arm})", "spectral - geometric, each net of RoPE's", "-",
+                   str(len(spectral["seeds"])), "-", "-",
+                   fmt_interval(stats.paired_difference(*net), signed=True),
+                   fmt_interval(stats.paired_difference(*valid_net), signed=True)
+                   if len(valid_net) == 2 else "-"])
+  return markdown_table(rows) if len(rows) > 2 else ""
+
+
+def section(groups: dict) -> str:
+  """The probes' part of a task's report ("" when no run was probed)."""
+  parts = []
+  means = probe_table(groups)
+  if means:
+    parts += ["Mechanism probes (`eval.py --probe`, `bifocal_jax/probe.py`; 256 strings a "
+              "split; mean over seeds):", "", means]
+  paired = same_heads_table(groups)
+  if paired:
+    parts += ["", "Matching-bracket mass at closing brackets, each eye against the same heads "
+              "(layer and index) of the RoPE run of the same seed, which started from the same "
+              "weights (`benchmarks/probe_report.py`; surgery against continue; kinds that draw "
+              "parameters of their own first have no such twin and are left out); mean over "
+              "seeds, paired difference [95% interval]:", "", paired]
+  return "\n".join(parts)

@@ -1,0 +1,135 @@
+"""The probes' report: each eye set against the same heads of the RoPE run of its seed."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from bifocal_jax import config as config_lib
+from bifocal_jax import positions
+from bifocal_jax import state
+from bifocal_jax import tasks
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "benchmarks"))
+import probe_report  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def _weights(kind: str, **position) -> dict[str, np.ndarray] | None:
+  config = config_lib.load_file("dyck", "tiny")
+  config.position.kind = kind
+  config.position.update(position)
+  try:
+    model = state.build_model(config, tasks.get_task(config.task))
+  except ValueError:  # a kind the causal decoder does not take
+    return None
+  return {"/".join(map(str, path)): np.asarray(v[...])
+          for path, v in nnx.state(model, nnx.Param).flat_state()}
+
+
+def test_the_kinds_that_start_as_rope_are_those_whose_shared_weights_are_ropes():
+  rope = _weights("rope")
+  same = set()
+  for kind in positions.POSITION_KINDS:
+    weights = _weights(kind)
+    if weights is None:
+      continue
+    shared = [k for k in rope if k in weights]
+    assert len(shared) == len(rope), kind  # every kind has RoPE's layers
+    if all(np.array_equal(weights[k], rope[k]) for k in shared):
+      same.add(kind)
+  assert same == probe_report.STARTS_AS_ROPE
+  pairs = _weights("bifocal", split="pairs")
+  assert all(np.array_equal(pairs[k], rope[k]) for k in rope)
+
+
+def _probed(kind, seed, masses, eyes, arm="scratch", group=None, record_eyes=True):
+  probe = dict(match_mass={"test_depth": masses, "valid": masses})
+  if record_eyes:
+    probe["eyes"] = eyes
+  return dict(kind=group or kind, arm=arm, group=group or kind, seed=seed,
+              config="configs/dyck.py", overrides={"position.kind": kind, "seed": seed},
+              probe=probe)
+
+
+def _row(table, first, eye):
+  for line in table.splitlines():
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    if cells[:2] == [first, eye]:
+      return cells
+  raise AssertionError(f"no row {first}, {eye} in\n{table}")
+
+
+def test_an_eye_is_set_against_the_same_heads_not_the_whole_rope_model():
+  # RoPE's last two heads attend to the matching bracket (0.30), its first two
+  # do not (0.05). A bifocal run whose spectral heads are those last two and
+  # did exactly what RoPE's did has a 0.25 gap between its eyes that is the
+  # heads', not the frequencies': paired by head, both eyes differ by zero.
+  rng = np.random.default_rng(0)
+  geo, spec = ["geometric"] * 2, ["spectral"] * 2
+  groups = {("scratch", "rope"): {}, ("scratch", "bifocal_heads"): {},
+            ("scratch", "spectral"): {}}
+  for seed in range(4):
+    rope = [[float(m) for m in np.array([0.05, 0.05, 0.30, 0.30]) + rng.normal(0, 0.01, 4)]
+            for _ in range(2)]
+    groups["scratch", "rope"][seed] = _probed("rope", seed, rope, [geo + geo] * 2)
+    groups["scratch", "bifocal_heads"][seed] = _probed(
+        "bifocal", seed, rope, [geo + spec] * 2, group="bifocal_heads")
+    lifted = [[m + 0.1 + 0.002 * seed for m in layer] for layer in rope]
+    groups["scratch", "spectral"][seed] = _probed("spectral", seed, lifted, [spec + spec] * 2)
+  table = probe_report.same_heads_table(groups)
+  spectral = _row(table, "bifocal_heads (scratch)", "spectral")
+  assert spectral[2:4] == ["4", "4"]  # two heads in each of two layers, four seeds
+  assert spectral[4] == spectral[5] and abs(float(spectral[4]) - 0.30) < 0.01
+  assert spectral[6].startswith("+0.000 [")
+  geometric = _row(table, "bifocal_heads (scratch)", "geometric")
+  assert abs(float(geometric[5]) - 0.05) < 0.01 and geometric[6].startswith("+0.000 [")
+  assert _row(table, "bifocal_heads (scratch)", "spectral - geometric, each net of RoPE's")[
+      6].startswith("+0.000 [")
+  lifted = _row(table, "spectral (scratch)", "spectral")
+  assert lifted[6].startswith("**+0.103 [") and lifted[7].startswith("**+0.103 [")
+  assert "rope (scratch)" not in table  # the reference is not set against itself
+
+
+def test_only_same_start_cells_with_weights_are_paired_and_surgery_against_continue():
+  geo = [["geometric"] * 2]
+  groups = {
+      ("scratch", "rope"): {s: _probed("rope", s, [[0.1, 0.2]], geo) for s in range(2)},
+      ("continue", "rope"): {s: _probed("rope", s, [[0.5, 0.5]], geo, arm="continue")
+                             for s in range(2)},
+      ("surgery", "bifocal_heads"): {
+          s: _probed("bifocal", s, [[0.5, 0.6 + 0.01 * s]], [["geometric", "spectral"]],
+                     arm="surgery", group="bifocal_heads") for s in range(2)},
+      ("scratch", "fire"): {s: _probed("fire", s, [[0.3, 0.3]], [["fire"] * 2])
+                            for s in range(2)},
+      ("scratch", "cope"): {s: _probed("cope", s, [[None, None]], [["cope"] * 2])
+                            for s in range(2)},
+  }
+  table = probe_report.same_heads_table(groups)
+  assert "fire" not in table  # its own parameters moved every later draw: no RoPE twin
+  assert "cope" not in table  # data-dependent weights: no masses to pair
+  assert _row(table, "bifocal_heads (surgery)", "geometric")[5:7] == ["0.500", "+0.000 [+0.000, +0.000]"]
+  spectral = _row(table, "bifocal_heads (surgery)", "spectral")
+  assert spectral[5] == "0.500" and spectral[6].startswith("**+0.105 [")
+
+
+def test_eyes_come_from_the_config_when_the_summary_did_not_record_them():
+  geo = ["geometric"] * 2
+  heads = _probed("bifocal", 0, [[0.1] * 4] * 2, None, record_eyes=False)
+  heads["overrides"].update({"position.split": "heads", "model.num_heads": 4,
+                             "model.num_layers": 2})
+  assert probe_report.head_eyes(heads) == [geo + ["spectral"] * 2] * 2
+  heads["overrides"]["position.spectral_heads"] = 1
+  assert probe_report.head_eyes(heads) == [geo + ["geometric", "spectral"]] * 2
+  pairs = _probed("bifocal", 0, [[0.1] * 4], None, record_eyes=False)
+  pairs["overrides"].update({"position.split": "pairs", "model.num_heads": 4,
+                             "model.num_layers": 1})
+  assert probe_report.head_eyes(pairs) == [["pairs"] * 4]
+  recorded = _probed("bifocal", 0, [[0.1]], [["spectral"]])
+  assert probe_report.head_eyes(recorded) == [["spectral"]]  # recorded eyes win
+  del recorded["probe"]["eyes"], recorded["overrides"]
+  assert probe_report.head_eyes(recorded) is None
+  with pytest.raises(KeyError):
+    probe_report.head_eyes(dict(heads, overrides={"model.no_such_key": 1}))
