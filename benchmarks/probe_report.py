@@ -53,23 +53,30 @@ SPLITS = ("test_depth", "valid")
 
 def probe_table(groups: dict) -> str:
   """Per cell, mean over seeds: the depth probe's accuracy at the last layer
-  (held-out `valid`, `test_depth`, and its depths deeper than any fitted) and
-  each eye's attention on the matching bracket at closing positions of
-  `test_depth` (a uniform head's weight on one key beside it)."""
+  (held-out `valid`, `test_depth`, and its depths deeper than any fitted),
+  for ListOps the open-operator probe's the same way, and each eye's
+  attention on the matching bracket at closing positions of `test_depth` (a
+  uniform head's weight on one key beside it)."""
+  probes_of = {cell: [s["probe"] for s in runs.values() if s.get("probe")]
+               for cell, runs in scratch_first(groups)}
+  columns = [("depth", "valid", "accuracy"), ("depth", "test_depth", "accuracy"),
+             ("depth", "test_depth", "unseen_accuracy")]
   header = ["position (arm)", "seeds", "depth probe, last layer: valid", "test_depth",
-            "test_depth, unseen depths", "matching-bracket mass on test_depth, by eye",
-            "uniform head"]
+            "test_depth, unseen depths"]
+  if any(p.get("operator") for probes in probes_of.values() for p in probes):
+    columns += [("operator", "valid", "accuracy"), ("operator", "test_depth", "accuracy"),
+                ("operator", "test_depth", "unseen_accuracy")]
+    header += ["operator probe, last layer: valid", "test_depth", "test_depth, unseen depths"]
+  header += ["matching-bracket mass on test_depth, by eye", "uniform head"]
   rows = [header, ["---"] * len(header)]
-  for (arm, group), runs in scratch_first(groups):
-    probes = [s["probe"] for s in runs.values() if s.get("probe")]
+  for (arm, group), probes in probes_of.items():
     if not probes:
       continue
     row = [f"{group} ({arm})", str(len(probes))]
-    for split, key in (("valid", "accuracy"), ("test_depth", "accuracy"),
-                       ("test_depth", "unseen_accuracy")):
-      values = [p["depth"][split][key][-1] for p in probes]
-      row.append(fmt_interval(stats.seed_interval([v for v in values if v is not None]))
-                 if any(v is not None for v in values) else "-")
+    for probe_name, split, key in columns:
+      values = [p[probe_name][split][key][-1] for p in probes if p.get(probe_name)]
+      values = [v for v in values if v is not None]
+      row.append(fmt_interval(stats.seed_interval(values)) if values else "-")
     eyes = sorted({e for p in probes for e in p["by_eye"]["test_depth"]["match_mass"]})
     cells = []
     for eye in eyes:

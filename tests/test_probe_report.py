@@ -133,3 +133,24 @@ def test_eyes_come_from_the_config_when_the_summary_did_not_record_them():
   assert probe_report.head_eyes(recorded) is None
   with pytest.raises(KeyError):
     probe_report.head_eyes(dict(heads, overrides={"model.no_such_key": 1}))
+
+
+def test_the_means_table_has_the_operator_probe_where_the_task_has_one():
+  def probed(seed, operator):
+    layer = dict(accuracy=[0.2, 0.6 + 0.1 * seed], unseen_accuracy=[0.0, 0.1])
+    probe = dict(depth={"valid": layer, "test_depth": layer},
+                 by_eye={"test_depth": {"match_mass": {"geometric": 0.1}}},
+                 uniform_mass={"test_depth": 0.05})
+    if operator:
+      probe["operator"] = {"valid": dict(layer, accuracy=[0.5, 0.9]),
+                           "test_depth": dict(layer, accuracy=[0.5, 0.8], unseen_accuracy=[0.4, 0.7])}
+    return dict(probe=probe)
+  dyck = probe_report.probe_table({("scratch", "rope"): {s: probed(s, False) for s in range(2)}})
+  assert "operator" not in dyck
+  listops = probe_report.probe_table({("scratch", "rope"): {s: probed(s, True) for s in range(2)}})
+  header = _row(listops, "position (arm)", "seeds")
+  row = _row(listops, "rope (scratch)", "2")
+  assert header[5] == "operator probe, last layer: valid" and len(row) == len(header) == 10
+  assert row[2].startswith("0.650 [") and row[5:8] == [
+      "0.900 [0.900, 0.900]", "0.800 [0.800, 0.800]", "0.700 [0.700, 0.700]"]
+  assert row[8:] == ["geometric 0.100", "0.050"]
