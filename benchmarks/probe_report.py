@@ -44,7 +44,8 @@ REFERENCE = {"scratch": ("scratch", "rope"), "surgery": ("continue", "rope")}
 # (theirs plus, for some, frequencies or slopes). The others draw parameters
 # of their own first (`learnt`'s table, `t5`'s buckets, `fire`'s MLP, ...),
 # which moves every later draw: their heads have no RoPE twin.
-# `tests/test_probe_report.py` checks this set against the models.
+# A mixed kind `a+b` starts as RoPE when both do (`starts_as_rope`).
+# `tests/test_probe_report.py` checks both against the models.
 STARTS_AS_ROPE = frozenset({
     "nope", "rope", "partial_rope", "randomized_rope", "spectral", "bifocal", "alibi",
     "randomized_alibi", "sin_cos", "randomized_sin_cos", "cope", "stickbreaking"})
@@ -127,6 +128,12 @@ def position_kind(summary: dict) -> str | None:
   return (summary.get("overrides") or {}).get("position.kind")
 
 
+def starts_as_rope(kind: str | None) -> bool:
+  """Whether a model of `position.kind` starts from RoPE's weights for the
+  same seed (a mixed kind `a+b` does when both of its kinds do)."""
+  return kind is not None and all(part in STARTS_AS_ROPE for part in kind.split("+"))
+
+
 def _eye_masses(summary: dict, split: str) -> dict[str, list[tuple[int, int, float]]]:
   """{eye: [(layer, head, matching-bracket mass)]} over the heads with weights."""
   masses = summary["probe"].get("match_mass", {}).get(split)
@@ -174,7 +181,7 @@ def same_heads_table(groups: dict) -> str:
   for (arm, group), runs in scratch_first(groups):
     reference = groups.get(REFERENCE.get(arm))
     if (reference is None or (arm, group) == REFERENCE.get(arm)
-        or not all(position_kind(s) in STARTS_AS_ROPE for s in runs.values())):
+        or not all(starts_as_rope(position_kind(s)) for s in runs.values())):
       continue
     by_split = {split: same_heads_differences(runs, reference, split) for split in SPLITS}
     tested = by_split["test_depth"]

@@ -43,6 +43,11 @@ def test_the_kinds_that_start_as_rope_are_those_whose_shared_weights_are_ropes()
   assert same == probe_report.STARTS_AS_ROPE
   pairs = _weights("bifocal", split="pairs")
   assert all(np.array_equal(pairs[k], rope[k]) for k in rope)
+  for mixed in ("rope+alibi", "spectral+cope", "rope+fire", "t5+rope"):
+    weights = _weights(mixed)
+    assert probe_report.starts_as_rope(mixed) == all(
+        np.array_equal(weights[k], rope[k]) for k in rope), mixed
+  assert probe_report.starts_as_rope("rope+alibi") and not probe_report.starts_as_rope("rope+fire")
 
 
 def _probed(kind, seed, masses, eyes, arm="scratch", group=None, record_eyes=True):
