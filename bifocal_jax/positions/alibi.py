@@ -108,21 +108,20 @@ def draw_distances(key: jax.Array, length: int, max_position: int, *,
   row `b`'s first `lengths_B[b]` distances are the source's draw for an
   unpadded batch of that length (the padding's are the rest of the draw), and
   sequences of one length get the same distances (the source's one set per
-  batch). One top-k serves every row: any prefix of it is a uniform subset.
+  batch).
   """
   if length > max_position:
     raise ValueError(f"sequence length {length} exceeds position.max_position={max_position}")
   rows = 1 if lengths_B is None else lengths_B.shape[0]
   if length <= 1:
     return jnp.zeros((rows, length), jnp.int32)
-  u = jax.random.uniform(key, (max_position - 1,))
-  _, idx = jax.lax.top_k(u, length - 1)  # largest first: any prefix is a uniform random subset
-  if lengths_B is None:
-    r_BxL1 = jnp.sort(idx)[None]
-  else:
-    r_BxL1 = jax.vmap(rope_lib.sorted_prefix,
-                      in_axes=(None, 0, None))(idx, jnp.maximum(lengths_B, 1) - 1, max_position - 1)
-  return jnp.concatenate([jnp.zeros((rows, 1), jnp.int32), r_BxL1.astype(jnp.int32) + 1], axis=1)
+  # r_1 < ... < r_{L-1}: sorted positions of `[0, max_position - 1)` plus one,
+  # drawn as the per-batch randomized positions are (one draw, each row the
+  # subset of its own length).
+  r_BxL1 = rope_lib.randomized_positions(
+      key, (rows, length - 1), max_position - 1,
+      lengths=None if lengths_B is None else jnp.maximum(lengths_B, 1) - 1, shared=True)
+  return jnp.concatenate([jnp.zeros((rows, 1), jnp.int32), r_BxL1 + 1], axis=1)
 
 
 SCHEMES = (
