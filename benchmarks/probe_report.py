@@ -117,7 +117,7 @@ def _eyes_of_config(config_spec: str, overrides_json: str) -> list[list[str]]:
     for name in parents:
       node = node.get(name) if hasattr(node, "get") else None
     if node is None or not hasattr(node, "get") or leaf not in node:
-      raise KeyError(f"override {key!r}: not a key of {config_spec}")  # as --config.key is
+      raise ValueError(f"override {key!r}: not a key of {config_spec}")  # as --config.key is
     node[leaf] = value
   model = nnx.eval_shape(lambda: state.build_model(config, tasks.get_task(config.task)))
   return [probe.head_eyes(block.attn) for block in model.blocks]

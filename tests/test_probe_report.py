@@ -140,7 +140,7 @@ def test_eyes_come_from_the_config_when_the_summary_did_not_record_them():
   bad = {s: _probed("spectral", s, [[0.1, 0.2]], [["spectral"]]) for s in range(2)}
   with pytest.raises(ValueError, match=r"dyck/scratch/spectral/seed0: .* head \(\[2\]\) do not match its heads' eyes \(\[1\]\)"):
     probe_report.same_heads_table({("scratch", "rope"): rope, ("scratch", "spectral"): bad})
-  with pytest.raises(KeyError):
+  with pytest.raises(ValueError, match="override 'model.no_such_key': not a key of configs/dyck.py"):
     probe_report.head_eyes(dict(heads, overrides={"model.no_such_key": 1}))
 
 
