@@ -255,6 +255,8 @@ def probe_summary(report: dict) -> dict:
   out["by_eye"] = attention["by_eye"]
   out["uniform_mass"] = attention["uniform_mass"]
   out["match_mass"] = attention["match_mass"]
+  if "match_mass_far" in attention:  # probes from before it have the mean over all pairs only
+    out["match_mass_far"] = attention["match_mass_far"]
   out["eyes"] = attention["eyes"]  # which heads `match_mass`'s are: the same-heads pairing
   return out
 
