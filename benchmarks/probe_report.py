@@ -117,7 +117,7 @@ def _eyes_of_config(config_spec: str, overrides_json: str) -> list[list[str]]:
     for name in parents:
       node = node.get(name) if hasattr(node, "get") else None
     if node is None or not hasattr(node, "get") or leaf not in node:
-      raise KeyError(f"override {key!r}: not a key of {config_spec}")  # as --config.key is
+      raise ValueError(f"override {key!r}: not a key of {config_spec}")  # as --config.key is
     node[leaf] = value
   model = nnx.eval_shape(lambda: state.build_model(config, tasks.get_task(config.task)))
   return [probe.head_eyes(block.attn) for block in model.blocks]
@@ -140,6 +140,12 @@ def _eye_masses(summary: dict, split: str) -> dict[str, list[tuple[int, int, flo
   eyes = head_eyes(summary) if masses is not None else None
   if eyes is None:
     return {}
+  if [len(layer) for layer in masses] != [len(layer) for layer in eyes]:
+    raise ValueError(
+        f"{summary.get('task')}/{summary.get('arm')}/{summary.get('group')}/seed"
+        f"{summary.get('seed')}: its probe's {split} masses per layer and head "
+        f"({[len(layer) for layer in masses]}) do not match its heads' eyes "
+        f"({[len(layer) for layer in eyes]})")
   out: dict[str, list] = {}
   for layer, (layer_masses, layer_eyes) in enumerate(zip(masses, eyes)):
     for head, (mass, eye) in enumerate(zip(layer_masses, layer_eyes)):

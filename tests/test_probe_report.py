@@ -54,7 +54,7 @@ def _probed(kind, seed, masses, eyes, arm="scratch", group=None, record_eyes=Tru
   probe = dict(match_mass={"test_depth": masses, "valid": masses})
   if record_eyes:
     probe["eyes"] = eyes
-  return dict(kind=group or kind, arm=arm, group=group or kind, seed=seed,
+  return dict(task="dyck", kind=group or kind, arm=arm, group=group or kind, seed=seed,
               config="configs/dyck.py", overrides={"position.kind": kind, "seed": seed},
               probe=probe)
 
@@ -136,7 +136,11 @@ def test_eyes_come_from_the_config_when_the_summary_did_not_record_them():
   assert probe_report.head_eyes(recorded) == [["spectral"]]  # recorded eyes win
   del recorded["probe"]["eyes"], recorded["overrides"]
   assert probe_report.head_eyes(recorded) is None
-  with pytest.raises(KeyError):
+  rope = {s: _probed("rope", s, [[0.1, 0.2]], [geo]) for s in range(2)}
+  bad = {s: _probed("spectral", s, [[0.1, 0.2]], [["spectral"]]) for s in range(2)}
+  with pytest.raises(ValueError, match=r"dyck/scratch/spectral/seed0: .* head \(\[2\]\) do not match its heads' eyes \(\[1\]\)"):
+    probe_report.same_heads_table({("scratch", "rope"): rope, ("scratch", "spectral"): bad})
+  with pytest.raises(ValueError, match="override 'model.no_such_key': not a key of configs/dyck.py"):
     probe_report.head_eyes(dict(heads, overrides={"model.no_such_key": 1}))
 
 
