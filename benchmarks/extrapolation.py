@@ -16,7 +16,8 @@ subprocess in the run's workdir `OUT/<task>/<arm>/<group>/seed<N>`. Once both
 finished, the run leaves a small JSON summary in the committed results
 directory, `benchmarks/results/runs/<preset>/<task>/<arm>/<group>/seed<N>.json`
 (`summary_of`: task, kind, arm, seed, steps, the config overrides, and per
-split its accuracy with a 95% interval over examples). A run whose summary
+split its accuracy with a 95% interval over examples; for a randomized kind
+whether it drew per layer, `draws_per_layer`). A run whose summary
 exists is done, whatever machine ran it: a sweep started elsewhere skips it,
 and `--summarize_only` rebuilds every table and plot from the summaries alone
 (`extrapolation_report.py`). A crash or a kill loses at most the run in flight
@@ -98,6 +99,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+import ml_collections
 import numpy as np
 from absl import app
 from absl import flags
@@ -109,6 +111,7 @@ from extrapolation_runs import (  # pylint: disable=g-import-not-at-top,wrong-im
     LEARNED, REPO, PopulationRun, Preset, Run, TaskSpec, checkpoint_results_path, published_data,
     published_file, write_atomically)
 from bifocal_jax import host  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from extrapolation_report import BUDGETS_FILE, load_budgets  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -215,11 +218,27 @@ def summary_of(run: Run, out: str, budget: int, seconds: float) -> dict | None:
                                           for h in spectrum["heads"]])),
         geometric_score=spectrum["geometric_fit"]["score"],
         final=[h["frequencies"] for h in spectrum["heads"]])
+  draws_per_layer = position_draws_per_layer(config.get("position") or {})
+  if draws_per_layer is not None:
+    summary["draws_per_layer"] = draws_per_layer
   if run.task.probe:
     if "probe" not in results:
       return None
     summary["probe"] = probe_summary(results["probe"])
   return summary
+
+
+def position_draws_per_layer(position: dict) -> bool | None:
+  """For a randomized kind, whether the run drew its positions anew in every
+  layer (`position.draw_per_layer` resolved by its scheme); None for other
+  kinds and for configs written before the key existed (one draw then)."""
+  kind = position.get("kind")
+  if "draw_per_layer" not in position or not positions.is_valid_kind(kind) or "+" in kind:
+    return None
+  scheme = positions.get(kind)
+  if not scheme.randomized:
+    return None
+  return scheme.draws_per_layer(ml_collections.ConfigDict(position))
 
 
 def probe_summary(report: dict) -> dict:
@@ -236,6 +255,8 @@ def probe_summary(report: dict) -> dict:
   out["by_eye"] = attention["by_eye"]
   out["uniform_mass"] = attention["uniform_mass"]
   out["match_mass"] = attention["match_mass"]
+  if "match_mass_far" in attention:  # probes from before it have the mean over all pairs only
+    out["match_mass_far"] = attention["match_mass_far"]
   out["eyes"] = attention["eyes"]  # which heads `match_mass`'s are: the same-heads pairing
   return out
 

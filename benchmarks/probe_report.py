@@ -35,6 +35,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.probe import FAR  # pylint: disable=g-import-not-at-top,wrong-import-position
 from report_tables import fmt_interval, markdown_table, scratch_first  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # The cell each arm's heads are set against: the same seed's RoPE run that
@@ -134,9 +135,11 @@ def starts_as_rope(kind: str | None) -> bool:
   return kind is not None and all(part in STARTS_AS_ROPE for part in kind.split("+"))
 
 
-def _eye_masses(summary: dict, split: str) -> dict[str, list[tuple[int, int, float]]]:
-  """{eye: [(layer, head, matching-bracket mass)]} over the heads with weights."""
-  masses = summary["probe"].get("match_mass", {}).get(split)
+def _eye_masses(summary: dict, split: str,
+                name: str = "match_mass") -> dict[str, list[tuple[int, int, float]]]:
+  """{eye: [(layer, head, matching-bracket mass)]} over the heads with weights
+  (`name`: `match_mass`, or `match_mass_far` for the pairs far apart)."""
+  masses = summary["probe"].get(name, {}).get(split)
   eyes = head_eyes(summary) if masses is not None else None
   if eyes is None:
     return {}
@@ -154,18 +157,19 @@ def _eye_masses(summary: dict, split: str) -> dict[str, list[tuple[int, int, flo
   return out
 
 
-def same_heads_differences(cell: dict, reference: dict, split: str) -> dict[str, dict]:
+def same_heads_differences(cell: dict, reference: dict, split: str,
+                           name: str = "match_mass") -> dict[str, dict]:
   """{eye: {"seeds", "heads", "mass": [...], "reference": [...]}}: per seed both
-  cells probed, the mean matching-bracket mass over the eye's heads in `cell`
-  and over the same (layer, head) indices in `reference`."""
+  cells probed, the mean matching-bracket mass (`name`) over the eye's heads
+  in `cell` and over the same (layer, head) indices in `reference`."""
   out: dict[str, dict] = {}
   for seed in sorted(set(cell) & set(reference)):
     if not (cell[seed].get("probe") and reference[seed].get("probe")):
       continue
-    ref_masses = reference[seed]["probe"].get("match_mass", {}).get(split)
+    ref_masses = reference[seed]["probe"].get(name, {}).get(split)
     if ref_masses is None:
       continue
-    for eye, heads in _eye_masses(cell[seed], split).items():
+    for eye, heads in _eye_masses(cell[seed], split, name).items():
       same = [ref_masses[layer][head] for layer, head, _ in heads]
       if any(m is None for m in same):
         continue
@@ -182,33 +186,42 @@ def same_heads_table(groups: dict) -> str:
   with spectral and geometric eyes also their difference, each net of RoPE's
   same heads. **Bold**: the 95% interval excludes zero."""
   header = ["position (arm)", "eye", "heads", "seeds", "test_depth: its heads",
-            "RoPE's same heads", "difference", "valid: difference"]
+            "RoPE's same heads", "difference", f"pairs >= {FAR} apart: seeds, difference",
+            "valid: difference"]
   rows = [header, ["---"] * len(header)]
+
+  def difference(row: dict | None, signed_seeds: bool = False) -> str:
+    if not row:
+      return "-"
+    text = fmt_interval(stats.paired_difference(row["mass"], row["reference"]), signed=True)
+    return f"{len(row['seeds'])}: {text}" if signed_seeds else text
+
+  def net(rows: dict) -> dict | None:
+    # Each eye minus RoPE's same heads, spectral's net minus geometric's.
+    if not {"spectral", "geometric"} <= set(rows):
+      return None
+    spectral, geometric = rows["spectral"], rows["geometric"]
+    return dict(seeds=spectral["seeds"],
+                mass=np.subtract(spectral["mass"], spectral["reference"]),
+                reference=np.subtract(geometric["mass"], geometric["reference"]))
+
   for (arm, group), runs in scratch_first(groups):
     reference = groups.get(REFERENCE.get(arm))
     if (reference is None or (arm, group) == REFERENCE.get(arm)
         or not all(starts_as_rope(position_kind(s)) for s in runs.values())):
       continue
-    by_split = {split: same_heads_differences(runs, reference, split) for split in SPLITS}
-    tested = by_split["test_depth"]
+    tested, far, valid = (same_heads_differences(runs, reference, split, name)
+                          for split, name in (("test_depth", "match_mass"),
+                                              ("test_depth", "match_mass_far"),
+                                              ("valid", "match_mass")))
     for eye, row in sorted(tested.items()):
-      valid = by_split["valid"].get(eye)
       rows.append([f"{group} ({arm})", eye, str(row["heads"]), str(len(row["seeds"])),
                    f"{np.mean(row['mass']):.3f}", f"{np.mean(row['reference']):.3f}",
-                   fmt_interval(stats.paired_difference(row["mass"], row["reference"]),
-                                signed=True),
-                   fmt_interval(stats.paired_difference(valid["mass"], valid["reference"]),
-                                signed=True) if valid else "-"])
-    if {"spectral", "geometric"} <= set(tested):
-      spectral, geometric = tested["spectral"], tested["geometric"]
-      net = [np.subtract(eye["mass"], eye["reference"]) for eye in (spectral, geometric)]
-      valid_net = [np.subtract(by_split["valid"][e]["mass"], by_split["valid"][e]["reference"])
-                   for e in ("spectral", "geometric") if e in by_split["valid"]]
+                   difference(row), difference(far.get(eye), True), difference(valid.get(eye))])
+    if net(tested):
       rows.append([f"{group} ({arm})", "spectral - geometric, each net of RoPE's", "-",
-                   str(len(spectral["seeds"])), "-", "-",
-                   fmt_interval(stats.paired_difference(*net), signed=True),
-                   fmt_interval(stats.paired_difference(*valid_net), signed=True)
-                   if len(valid_net) == 2 else "-"])
+                   str(len(tested["spectral"]["seeds"])), "-", "-", difference(net(tested)),
+                   difference(net(far), True), difference(net(valid))])
   return markdown_table(rows) if len(rows) > 2 else ""
 
 

@@ -58,9 +58,12 @@ The report (`results["probe"]`):
     eyes                   [per layer: [eye per head]]
     null_reasons           why some heads' weights are null (empty if none)
     match_mass, top_mass   {split: [per layer: [mean weight per head, or null]]}
+    match_mass_far         the same over the pairs at least `FAR` (16) tokens apart
+                           (null where a split has none: `far_positions`)
     by_eye                 {split: {"match_mass"|"top_mass": {eye: mean over its heads}}}
     uniform_mass           {split: a uniform head's weight on one key, averaged}
     closing_positions      {split: closing brackets averaged over}
+    far_positions          {split: those of them at least `FAR` from their match}
     match_mass_by_distance {split: {eye: {"lo-hi" distance octave: mean}}}
     match_mass_by_level    {split: {eye: {"level": mean}}}
   plots                    {"probe": PNG path}
@@ -87,6 +90,9 @@ DEFAULT_EXAMPLES = 256
 RIDGE = 1e-3  # ridge strength, relative to the (standardised) features' scale
 BATCH = 32  # examples per traced batch
 NONE_OPERATOR = "none"
+# A bracket pair at least this far apart is "long range" (`match_mass_far`):
+# the distances the paper's claim is about, past a local head's reach.
+FAR = 16
 
 # ----------------------------------------------------------------------------
 # Labels from token ids.
@@ -478,12 +484,16 @@ def probe_report(run, *, num_examples: int = DEFAULT_EXAMPLES, ridge: float = RI
             scores(predict_class(o_probe, x),
                    op_labels(d)[sel], d["depth"][sel], fitted_max_depth=fitted_max_depth))
   attention = dict(eyes=eyes, null_reasons=sorted({r for rs in reasons for r in rs if r}),
-                   match_mass={}, top_mass={}, by_eye={}, uniform_mass={}, closing_positions={},
-                   match_mass_by_distance={}, match_mass_by_level={})
+                   match_mass={}, match_mass_far={}, top_mass={}, by_eye={}, uniform_mass={},
+                   closing_positions={}, far_positions={}, match_mass_by_distance={},
+                   match_mass_by_level={})
   for split in SPLITS:
     d = data[split]
     for name in ("match_mass", "top_mass"):
       attention[name][split] = _masses(d[name], reasons)
+    far = d["close_distance"] >= FAR
+    attention["match_mass_far"][split] = _masses(d["match_mass"][:, far], reasons)
+    attention["far_positions"][split] = int(far.sum())
     attention["by_eye"][split] = {
         name: _by_eye(attention[name][split], eyes) for name in ("match_mass", "top_mass")
     }

@@ -368,6 +368,21 @@ def test_summary_needs_the_final_step_and_every_split(tmp_path):
   assert s["splits"]["test_length"]["ci95"] == [0.74, 0.76]
 
 
+def test_a_randomized_runs_summary_says_whether_it_drew_per_layer(tmp_path):
+  out = str(tmp_path)
+  run = ex.Run(TASK, "rope", 0)
+  workdir = fake_workdir(run, out)
+  assert "draws_per_layer" not in ex.summary_of(run, out, 10, 1.0)  # no position in config.json
+  for kind, value, expected in (("randomized_alibi", None, True), ("randomized_rope", None, False),
+                                ("randomized_rope", True, True), ("alibi", None, None)):
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      json.dump({"steps": 10, "position": {"kind": kind, "draw_per_layer": value}}, f)
+    assert ex.summary_of(run, out, 10, 1.0).get("draws_per_layer") == expected, (kind, value)
+  # A config from before the key: nothing claimed (those runs drew once for all layers).
+  assert ex.position_draws_per_layer({"kind": "randomized_alibi"}) is None
+  assert ex.position_draws_per_layer({"kind": "rope+alibi", "draw_per_layer": None}) is None
+
+
 def test_a_probed_task_probes_at_its_end_and_its_summary_waits_for_the_probe(tmp_path):
   out = str(tmp_path)
   task = ex.TaskSpec("dyck", variant="tiny", probe=True, at_multiples=(0.5,), just_fit=10,

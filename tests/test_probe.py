@@ -292,6 +292,8 @@ def test_evaluate_with_probe(trained_run, tmp_path):
       assert masses.shape == (layers, 4) and ((masses >= 0) & (masses <= 1)).all()
       assert set(att["by_eye"][split][name]) == {"geometric", "spectral"}
     assert 0 < att["uniform_mass"][split] < 1
+    assert 0 <= att["far_positions"][split] <= att["closing_positions"][split]
+    assert len(att["match_mass_far"][split]) == layers
     by_distance = att["match_mass_by_distance"][split]
     assert set(by_distance) == {"geometric", "spectral"}
     assert list(by_distance["spectral"])[0] == "1-1"  # a bracket closed at once: distance 1
@@ -314,8 +316,22 @@ def test_evaluate_with_probe(trained_run, tmp_path):
   assert summary["depth"]["test_depth"]["accuracy"] == [
       layer["accuracy"] for layer in p["depth"]["test_depth"]]
   assert probe_report.head_eyes({"probe": summary}) == p["attention"]["eyes"]
+  assert summary["match_mass_far"] == p["attention"]["match_mass_far"]
   table = probe_report.probe_table({("scratch", "bifocal"): {0: {"probe": summary}}})
   assert "| bifocal (scratch) | 1 |" in table and "spectral 0." in table
+
+
+def test_the_far_masses_are_the_match_masses_of_the_pairs_far_apart(trained_run, monkeypatch):
+  monkeypatch.setattr(probe, "FAR", 1)  # every pair: the far masses are all of them
+  att = probe.probe_report(trained_run, num_examples=8)["attention"]
+  assert att["match_mass_far"] == att["match_mass"]
+  assert att["far_positions"] == att["closing_positions"]
+  monkeypatch.setattr(probe, "FAR", 10**6)  # no pair: null, not a mean of nothing
+  att = probe.probe_report(trained_run, num_examples=8)["attention"]
+  assert att["far_positions"] == {split: 0 for split in probe.SPLITS}
+  assert all(m is None for split in probe.SPLITS for layer in att["match_mass_far"][split]
+             for m in layer)
+  assert any(m is not None for layer in att["match_mass"]["test_depth"] for m in layer)
 
 
 def test_probe_of_a_task_without_brackets_fails_before_any_work(trained_run, tmp_path,

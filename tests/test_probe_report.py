@@ -94,7 +94,19 @@ def test_an_eye_is_set_against_the_same_heads_not_the_whole_rope_model():
   assert _row(table, "bifocal_heads (scratch)", "spectral - geometric, each net of RoPE's")[
       6].startswith("+0.000 [")
   lifted = _row(table, "spectral (scratch)", "spectral")
-  assert lifted[6].startswith("**+0.103 [") and lifted[7].startswith("**+0.103 [")
+  assert lifted[6].startswith("**+0.103 [") and lifted[8].startswith("**+0.103 [")
+  assert spectral[7] == lifted[7] == "-"  # no probe recorded the far pairs
+  # The far pairs (>= 16 apart) on their own, where the summaries have them:
+  # all-spectral heads gain there and nowhere else; a cell without is "-".
+  for seed, run in groups["scratch", "spectral"].items():
+    rope = groups["scratch", "rope"][seed]["probe"]["match_mass"]["test_depth"]
+    run["probe"]["match_mass"] = {split: rope for split in ("test_depth", "valid")}
+    run["probe"]["match_mass_far"] = {"test_depth": [[m + 0.2 for m in layer] for layer in rope]}
+    groups["scratch", "rope"][seed]["probe"]["match_mass_far"] = {"test_depth": rope}
+  table = probe_report.same_heads_table(groups)
+  lifted = _row(table, "spectral (scratch)", "spectral")
+  assert lifted[6].startswith("+0.000 [") and lifted[7].startswith("4: **+0.200 [")
+  assert _row(table, "bifocal_heads (scratch)", "spectral")[7] == "-"
   assert "rope (scratch)" not in table  # the reference is not set against itself
 
 
