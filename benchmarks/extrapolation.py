@@ -233,7 +233,7 @@ def position_draws_per_layer(position: dict) -> bool | None:
   layer (`position.draw_per_layer` resolved by its scheme); None for other
   kinds and for configs written before the key existed (one draw then)."""
   kind = position.get("kind")
-  if "draw_per_layer" not in position or not positions.is_valid_kind(kind) or "+" in kind:
+  if "draw_per_layer" not in position or not positions.is_valid_kind(kind):
     return None
   scheme = positions.get(kind)
   if not scheme.randomized:

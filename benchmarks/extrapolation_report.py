@@ -20,6 +20,8 @@
     (`seed_extensions`), the same tables on the added seeds alone: a
     replication the choice to add them cannot have biased;
   * the learned spectra: drift and harmonic fit against the geometric start;
+  * the mechanism probes, each eye also against the same heads of the RoPE
+    run of its seed (`probe_report.py`);
   * a plot per task of accuracy against length and depth (mean over seeds).
 """
 
