@@ -39,6 +39,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
+import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
 import probe_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 from report_tables import fmt_interval, markdown_table, scratch_first  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -543,35 +544,45 @@ def ranks_over_training_time(scratch: dict, splits: list[str], metric: str) -> s
 
 def plot_training_time(task: str, groups: dict, splits: list[str], metric: str,
                        path: str) -> str:
-  """One panel per split (in distribution first): `metric` against steps,
-  one line per kind with its 95% seed-interval band."""
+  """One panel per split (in distribution first), three to a row: `metric`
+  against steps, one line per kind (`plot_style`) with its 95% seed-interval
+  band where it has `plot_style.MIN_BAND_SEEDS` seeds."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(1, len(splits), figsize=(3.2 * len(splits), 3.2), squeeze=False,
+  cols = min(3, len(splits))
+  rows = -(-len(splits) // cols)
+  fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.0 * rows), squeeze=False,
                            sharey=True)
+  styles = plot_style.kind_styles(groups)
   for group, runs in groups.items():
     steps = _at_steps(runs)
-    for ax, split in zip(axes[0], splits):
+    for ax, split in zip(axes.flat, splits):
       points = [(step, out) for step in steps
                 if (out := _step_interval(runs, step, split, metric)) is not None]
       if not points:
         continue
       xs = [p[0] for p in points]
-      line, = ax.plot(xs, [p[1]["mean"] for p in points], marker="o", ms=3,
-                      label=f"{group} ({len(runs)})")
-      if all(p[1]["ci95"] is not None for p in points):
-        ax.fill_between(xs, [p[1]["ci95"][0] for p in points], [p[1]["ci95"][1] for p in points],
-                        color=line.get_color(), alpha=0.15, lw=0)
-  for ax, split in zip(axes[0], splits):
+      ax.plot(xs, [p[1]["mean"] for p in points], ms=3, label=f"{group} ({len(runs)})",
+              **styles[group])
+      shaded = [plot_style.band(p[1]["ci95"], len(runs)) for p in points]
+      if all(b is not None for b in shaded):
+        ax.fill_between(xs, [b[0] for b in shaded], [b[1] for b in shaded],
+                        color=styles[group]["color"], alpha=0.12, lw=0)
+  for ax, split in zip(axes.flat, splits):
     ax.set_title(split, fontsize=8)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("training steps")
+    ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-  axes[0, 0].set_ylabel(metric.replace("_", " "))
-  axes[0, 0].legend(fontsize=6)
-  fig.suptitle(f"{task}: held-out accuracy against training steps (mean over seeds, 95% band)",
-               fontsize=9)
+  for ax in axes.flat[len(splits):]:
+    ax.set_visible(False)
+  for ax in axes[-1]:
+    ax.set_xlabel("training steps")
+  for ax in axes[:, 0]:
+    ax.set_ylabel(metric.replace("_", " "))
+  plot_style.legend_outside(fig, axes)
+  fig.suptitle(f"{task}: held-out accuracy against training steps (mean over seeds; band: "
+               f"95% interval, kinds with >= {plot_style.MIN_BAND_SEEDS} seeds)", fontsize=9)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   fig.savefig(path, dpi=90, bbox_inches="tight")
   plt.close(fig)
@@ -615,11 +626,12 @@ def plot_task(task: str, groups: dict, path: str) -> str | None:
                   for r in s["splits"].values())
   fig, axes = plt.subplots(1, 2 if has_depth else 1, figsize=(11 if has_depth else 6, 4),
                            squeeze=False)
+  styles = plot_style.kind_styles(groups)
   for group, runs in groups.items():
     label = f"{group} ({len(runs)} seed{'s' * (len(runs) > 1)})"
     if has_depth:
-      axes[0, 0].plot(*_curve(runs, "by_depth"), marker="o", ms=3, label=label)
-    axes[0, -1].plot(*_curve(runs, "by_length", edges), marker="o", ms=3, label=label)
+      axes[0, 0].plot(*_curve(runs, "by_depth"), ms=3, label=label, **styles[group])
+    axes[0, -1].plot(*_curve(runs, "by_length", edges), ms=3, label=label, **styles[group])
   if has_depth:
     axes[0, 0].set_xlabel("nesting depth")
   axes[0, -1].set_xlabel("length")
@@ -628,7 +640,7 @@ def plot_task(task: str, groups: dict, path: str) -> str | None:
     ax.set_ylabel("token accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-  axes[0, 0].legend(fontsize=7)
+  plot_style.legend_outside(fig, axes)
   fig.suptitle(f"{task}: accuracy against depth and length (every evaluated split pooled; "
                "mean over seeds)", fontsize=9)
   os.makedirs(os.path.dirname(path), exist_ok=True)

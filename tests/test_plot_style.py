@@ -1,0 +1,64 @@
+"""Line styles for one-line-per-kind plots (benchmarks/plot_style.py)."""
+
+import os
+import sys
+
+import matplotlib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# Every registered kind, the sweeps' group names that are not kinds, and mixed kinds.
+GROUPS = (*positions.POSITION_KINDS, "bifocal_heads", "bifocal_pairs", "rope_base1e3",
+          "rope+cope", "spectral+alibi")
+
+
+def _key(style):
+  return (tuple(style["color"]), style["linestyle"], style["marker"])
+
+
+def test_every_group_gets_its_own_style():
+  styles = plot_style.kind_styles(GROUPS)
+  assert set(styles) == set(GROUPS)
+  assert len({_key(s) for s in styles.values()}) == len(GROUPS)
+
+
+def test_a_group_keeps_its_style_whatever_order_the_groups_come_in():
+  forward = plot_style.kind_styles(GROUPS)
+  backward = plot_style.kind_styles(tuple(reversed(GROUPS)))
+  assert {g: _key(s) for g, s in forward.items()} == {g: _key(s) for g, s in backward.items()}
+
+
+def test_colour_says_the_family_and_rope_is_drawn_heavier():
+  styles = plot_style.kind_styles(GROUPS)
+  for group in ("rope", "spectral", "bifocal_heads", "randomized_rope"):
+    r, _, b, _ = styles[group]["color"]
+    assert b > r, group  # blues
+  for group in ("alibi", "t5", "fire", "kerple_log"):
+    r, _, b, _ = styles[group]["color"]
+    assert r > b, group  # oranges
+  for group in ("sin_cos", "learnt"):
+    r, g, b, _ = styles[group]["color"]
+    assert g > max(r, b), group  # greens
+  assert styles["nope"]["color"] == (0.0, 0.0, 0.0, 1.0)
+  assert styles["rope"]["lw"] > max(s["lw"] for g, s in styles.items() if g != "rope")
+  assert matplotlib.colors.is_color_like(styles["rope+cope"]["color"])
+
+
+def test_kind_of_a_group():
+  assert plot_style.kind_of("bifocal_heads") == "bifocal"
+  assert plot_style.kind_of("rope_base1e3") == "rope"
+  assert plot_style.kind_of("randomized_rope") == "randomized_rope"  # not `rope`
+  assert plot_style.kind_of("rope+cope") == "rope+cope"
+  assert plot_style.kind_of("unknown") == ""
+  assert plot_style.family("rope+cope") == "mixed"
+  assert plot_style.family("unknown") == "none"
+
+
+def test_band_needs_three_seeds_and_stays_in_the_unit_interval():
+  assert plot_style.band((-0.4, 1.3), 2) is None
+  assert plot_style.band(None, 5) is None
+  assert plot_style.band((-0.4, 1.3), 3) == (0.0, 1.0)
+  assert plot_style.band((0.2, 0.6), 5) == (0.2, 0.6)
