@@ -554,6 +554,7 @@ def plot_training_time(task: str, groups: dict, splits: list[str], metric: str,
   rows = -(-len(splits) // cols)
   fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.0 * rows), squeeze=False,
                            sharey=True)
+  fig.subplots_adjust(hspace=0.35)
   styles = plot_style.kind_styles(groups)
   for group, runs in groups.items():
     steps = _at_steps(runs)
@@ -582,7 +583,8 @@ def plot_training_time(task: str, groups: dict, splits: list[str], metric: str,
     ax.set_ylabel(metric.replace("_", " "))
   plot_style.legend_outside(fig, axes)
   fig.suptitle(f"{task}: held-out accuracy against training steps (mean over seeds; band: "
-               f"95% interval, kinds with >= {plot_style.MIN_BAND_SEEDS} seeds)", fontsize=9)
+               f"95% interval, kinds with >= {plot_style.MIN_BAND_SEEDS} seeds)", fontsize=9,
+               y=1.0 + 0.05 / rows)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   fig.savefig(path, dpi=90, bbox_inches="tight")
   plt.close(fig)

@@ -88,5 +88,6 @@ def legend_outside(fig, axes) -> None:
       seen.setdefault(label, handle)
   labels, handles = list(seen), list(seen.values())
   if handles:
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7,
+    right = max(ax.get_position().x1 for ax in axes.flat if ax.get_visible())
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right + 0.01, 0.5), fontsize=7,
                ncol=1 if len(labels) <= 14 else 2, frameon=False)
