@@ -683,6 +683,34 @@ def test_report_leaderboards_rank_the_kinds_and_count_the_seeds_at_the_target(tm
                                                  results)
 
 
+def test_leaderboard_step_time_column_from_the_step_benchmark(tmp_path):
+  results = str(tmp_path / "runs")
+  _write(results, [_summary(kind, i, valid=0.9, test_length=a + 0.1 * i)
+                   for kind, a in (("rope", 0.5), ("alibi", 0.8), ("bifocal_heads", 0.6),
+                                   ("nope", 0.7)) for i in range(2)])
+  step_file = str(tmp_path / "step_all_kinds.json")
+  with open(step_file, "w") as f:
+    json.dump({"results": [
+        {"config": "default", "bifocal_over_rope": 1.2, "kinds_over_rope": {"alibi": 0.99}},
+        {"config": "large", "bifocal_over_rope": 1.1, "kinds_over_rope": {"alibi": 1.5}}]}, f)
+  costs = report_lib.step_costs(step_file)
+  assert costs == (("default", "large"),
+                   {"rope": [1.0, 1.0], "bifocal": [1.2, 1.1], "alibi": [0.99, 1.5]})
+  groups = report_lib.cells(report_lib.load_summaries(results))["odds_first"]
+  board = report_lib.leaderboard(groups, ["valid", "test_length"], {}, costs)
+  assert "step time / rope (default / large)" in board
+  last = {row[1]: row[-1] for row in _rows(board, "") if row[0] in "1234"}
+  # bifocal_heads is position.kind bifocal; nope was not measured
+  assert last == {"alibi": "0.99x / 1.50x", "nope": "-", "bifocal_heads": "1.20x / 1.10x",
+                  "rope": "1.00x / 1.00x"}
+  assert "step time" not in report_lib.leaderboard(groups, ["test_length"], {})
+  assert report_lib.step_costs(str(tmp_path / "absent.json")) == ((), {})
+  with open(step_file, "w") as f:
+    json.dump({"results": [{"config": "default"}]}, f)
+  with pytest.raises(ValueError, match="step_all_kinds.json: not a step_benchmark.py result"):
+    report_lib.step_costs(step_file)
+
+
 def test_report_training_time_table_plot_and_convergence_budgets(tmp_path):
   results = str(tmp_path)
   summaries = []
