@@ -1,11 +1,25 @@
-"""Markdown primitives the benchmark reports share: intervals and tables.
+"""What the benchmark reports share: a metric read from the run summaries,
+and the markdown of intervals and tables.
 
-`extrapolation_report` (accuracy, paired comparisons, leaderboards) and
-`probe_report` (the mechanism probes) format their cells here, so that an
-interval reads the same in every table of RESULTS.md.
+`extrapolation_report` (accuracy, paired comparisons), `leaderboard_report`,
+`training_time_report`, `model_size_report` and `probe_report` (the
+mechanism probes) read and format their cells here, so that an interval
+reads the same in every table of RESULTS.md.
 """
 
 from __future__ import annotations
+
+
+def metric_value(summary: dict, split: str, metric: str):
+  """A run summary's `metric` on `split` (None where it has neither)."""
+  r = summary["splits"].get(split)
+  return None if r is None else r.get(metric)
+
+
+def seed_values(runs: dict[int, dict], split: str, metric: str) -> dict[int, float]:
+  """`{seed: metric}` of a cell's runs that have it."""
+  return {seed: v for seed, s in runs.items()
+          if (v := metric_value(s, split, metric)) is not None}
 
 
 def fmt_interval(out: dict | None, signed: bool = False) -> str:

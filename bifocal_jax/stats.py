@@ -6,7 +6,9 @@ Every accuracy the project reports carries a 95% interval:
     which for the split sizes here is the ordinary bootstrap, and streams in
     chunks of replicates instead of materialising resampled datasets);
   * across runs, `seed_interval` (Student's t over seeds) and
-    `paired_difference` (the same seeds and data, two position kinds).
+    `paired_difference` (the same seeds and data, two position kinds);
+  * and for rankings of kinds, `descending_ranks` and Spearman's rank
+    correlation (`spearman`).
 """
 
 from __future__ import annotations
@@ -136,3 +138,26 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> dict:
   lo_hi = out["ci95"]
   out["decided"] = lo_hi is not None and (lo_hi[0] > 0 or lo_hi[1] < 0)
   return out
+
+
+def descending_ranks(means: dict[str, float]) -> dict[str, int]:
+  """1 for the highest mean; ties share the better rank."""
+  return {kind: 1 + sum(other > m for other in means.values()) for kind, m in means.items()}
+
+
+def average_ranks(values: Sequence[float]) -> np.ndarray:
+  """Ascending ranks from 1, tied values sharing their average rank."""
+  x = np.asarray(values, np.float64)
+  return np.array([(x < v).sum() + ((x == v).sum() + 1) / 2 for v in x])
+
+
+def spearman(a: dict[str, float], b: dict[str, float]) -> float | None:
+  """Spearman's rank correlation of two name -> value maps over their common
+  names (ties at their average rank); None under 3 names or for all ties."""
+  names = sorted(set(a) & set(b))
+  if len(names) < 3:
+    return None
+  ra, rb = (average_ranks([m[k] for k in names]) for m in (a, b))
+  if ra.std() == 0 or rb.std() == 0:
+    return None
+  return float(np.corrcoef(ra, rb)[0, 1])

@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 
-import numpy as np
 import pytest
 
 import helpers
@@ -37,6 +36,8 @@ def _load(name):
 
 ex = _load("extrapolation")
 report_lib = _load("extrapolation_report")
+import leaderboard_report as leaderboard_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+import training_time_report as training_time_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import extrapolation_presets as presets_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import extrapolation_runs as runs_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import probe_report  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -693,22 +694,22 @@ def test_leaderboard_step_time_column_from_the_step_benchmark(tmp_path):
     json.dump({"results": [
         {"config": "default", "bifocal_over_rope": 1.2, "kinds_over_rope": {"alibi": 0.99}},
         {"config": "large", "bifocal_over_rope": 1.1, "kinds_over_rope": {"alibi": 1.5}}]}, f)
-  costs = report_lib.step_costs(step_file)
+  costs = leaderboard_lib.step_costs(step_file)
   assert costs == (("default", "large"),
                    {"rope": [1.0, 1.0], "bifocal": [1.2, 1.1], "alibi": [0.99, 1.5]})
   groups = report_lib.cells(report_lib.load_summaries(results))["odds_first"]
-  board = report_lib.leaderboard(groups, ["valid", "test_length"], {}, costs)
+  board = leaderboard_lib.leaderboard(groups, ["valid", "test_length"], {}, costs)
   assert "step time / rope (default / large)" in board
   last = {row[1]: row[-1] for row in _rows(board, "") if row[0] in "1234"}
   # bifocal_heads is position.kind bifocal; nope was not measured
   assert last == {"alibi": "0.99x / 1.50x", "nope": "-", "bifocal_heads": "1.20x / 1.10x",
                   "rope": "1.00x / 1.00x"}
-  assert "step time" not in report_lib.leaderboard(groups, ["test_length"], {})
-  assert report_lib.step_costs(str(tmp_path / "absent.json")) == ((), {})
+  assert "step time" not in leaderboard_lib.leaderboard(groups, ["test_length"], {})
+  assert leaderboard_lib.step_costs(str(tmp_path / "absent.json")) == ((), {})
   with open(step_file, "w") as f:
     json.dump({"results": [{"config": "default"}]}, f)
   with pytest.raises(ValueError, match="step_all_kinds.json: not a step_benchmark.py result"):
-    report_lib.step_costs(step_file)
+    leaderboard_lib.step_costs(step_file)
 
 
 def test_report_training_time_table_plot_and_convergence_budgets(tmp_path):
@@ -748,23 +749,17 @@ def test_report_ranks_kinds_at_each_step_and_correlates_first_with_last():
   # rope falls from first to last, alibi rises; nope and rope tie at step 200.
   scratch = {"rope": cell(0.9, 0.7, 0.5), "alibi": cell(0.5, 0.8, 0.95),
              "nope": cell(0.7, 0.7, 0.6)}
-  table = report_lib.ranks_over_training_time(scratch, ["test_length"], "accuracy")
+  table = training_time_lib.ranks_over_training_time(scratch, ["test_length"], "accuracy")
   rows = {row[0]: row[1] for row in _rows(table, "")}
   assert rows["position"] == "test_length (100, 200, 400)"
   assert rows["rope"] == "1 / 2 / 3" and rows["alibi"] == "3 / 1 / 1"
   assert rows["nope"] == "2 / 2 / 2"  # a tie shares the better rank
   assert rows["rank correlation, step 100 with 400"] == "-1.00"  # 1,2,3 -> 3,2,1
   ties = {k: cell(0.5, 0.5, v) for k, v in (("rope", 0.1), ("alibi", 0.2), ("nope", 0.3))}
-  assert _rows(report_lib.ranks_over_training_time(ties, ["test_length"], "accuracy"),
+  assert _rows(training_time_lib.ranks_over_training_time(ties, ["test_length"], "accuracy"),
                "rank correlation")[0][1] == "-"  # all tied at the first step
-  assert report_lib.ranks_over_training_time({"rope": scratch["rope"]}, ["test_length"],
+  assert training_time_lib.ranks_over_training_time({"rope": scratch["rope"]}, ["test_length"],
                                              "accuracy") == ""
-  assert report_lib._spearman({"a": 1, "b": 2, "c": 2}, {"a": 1, "b": 2, "c": 3}) == (
-      pytest.approx(np.corrcoef([1, 2.5, 2.5], [1, 2, 3])[0, 1]))
-  scipy_stats = pytest.importorskip("scipy.stats")
-  a, b = {"a": 0.3, "b": 0.9, "c": 0.9, "d": 0.1}, {"a": 0.5, "b": 0.2, "c": 0.8, "d": 0.4}
-  assert report_lib._spearman(a, b) == pytest.approx(
-      scipy_stats.spearmanr([a[k] for k in "abcd"], [b[k] for k in "abcd"]).statistic)
 
 
 def test_report_blocks_of_two_presets_live_side_by_side(tmp_path):

@@ -60,3 +60,19 @@ def test_seed_interval_and_paired_difference():
   assert not stats.paired_difference([0.81, 0.88, 0.73, 0.85], [0.8, 0.9, 0.72, 0.86])["decided"]
   with pytest.raises(ValueError, match="do not pair"):
     stats.paired_difference([1, 2], [1])
+
+
+def test_descending_ranks_share_the_better_rank_on_ties():
+  assert stats.descending_ranks({"a": 0.9, "b": 0.7, "c": 0.7, "d": 0.1}) == {
+      "a": 1, "b": 2, "c": 2, "d": 4}
+
+
+def test_spearman_over_common_names_with_average_ranks_for_ties():
+  assert stats.spearman({"a": 1, "b": 2, "c": 2}, {"a": 1, "b": 2, "c": 3}) == (
+      pytest.approx(np.corrcoef([1, 2.5, 2.5], [1, 2, 3])[0, 1]))
+  assert stats.spearman({"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}) is None  # 2 in common
+  assert stats.spearman({"a": 1, "b": 1, "c": 1}, {"a": 1, "b": 2, "c": 3}) is None  # all tied
+  scipy_stats = pytest.importorskip("scipy.stats")
+  a, b = {"a": 0.3, "b": 0.9, "c": 0.9, "d": 0.1}, {"a": 0.5, "b": 0.2, "c": 0.8, "d": 0.4}
+  assert stats.spearman(a, b) == pytest.approx(
+      scipy_stats.spearmanr([a[k] for k in "abcd"], [b[k] for k in "abcd"]).statistic)

@@ -1,0 +1,118 @@
+"""The leaderboards: per held-out split, the scratch kinds ranked.
+
+Each kind's mean over seeds with its 95% interval, its paired difference from
+`rope` (a difference is called only where its interval excludes zero), how
+many seeds reach the split's target where the preset sets one (issue 31:
+0.99 closing-bracket accuracy on Dyck's `test_depth`, 0.90 on
+`k8_m20.test`), and the kind's training step time over RoPE's from the step
+benchmark (`step_costs`): what a kind costs beside what it buys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
+from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
+import extrapolation_runs as runs_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from report_tables import fmt_interval, markdown_table, metric_value, seed_values  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# Every kind's training step time against RoPE's (`step_benchmark.py --kinds=all`).
+STEP_COSTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                               "step_all_kinds.json")
+
+
+def step_costs(path: str = STEP_COSTS_FILE) -> tuple[tuple[str, ...], dict[str, list[float]]]:
+  """A `step_benchmark.py --kinds=all` result's training step time of each
+  `position.kind` over RoPE's: (its configs, {kind: [ratio per config]});
+  ((), {}) without the file. A malformed file is a one-line ValueError."""
+  if not os.path.exists(path):
+    return (), {}
+  try:
+    with open(path) as f:
+      results = json.load(f)["results"]
+    configs = tuple(r["config"] for r in results)
+    kinds = {"rope": [1.0] * len(results), "bifocal": [r["bifocal_over_rope"] for r in results]}
+    for kind in results[0]["kinds_over_rope"]:
+      kinds[kind] = [r["kinds_over_rope"][kind] for r in results]
+  except (ValueError, KeyError, TypeError, IndexError) as e:
+    raise ValueError(f"{path}: not a step_benchmark.py result with kinds_over_rope "
+                     f"({type(e).__name__}: {e})") from None
+  return configs, kinds
+
+
+def _step_cost(runs: dict[int, dict], costs: dict[str, list[float]]) -> str:
+  """`1.05x / 0.94x`: a cell's kind's step time over RoPE's per benchmark
+  config, or `-` for a kind the benchmark did not measure."""
+  kind = runs_lib.kind_overrides(next(iter(runs.values()))["kind"])["position.kind"]
+  return " / ".join(f"{r:.2f}x" for r in costs[kind]) if kind in costs else "-"
+
+
+def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
+                costs: tuple[tuple[str, ...], dict[str, list[float]]] = ((), {})) -> str:
+  """Per held-out split (every split but `valid`), the scratch kinds ranked by
+  their mean over seeds (closing-bracket accuracy where the summaries carry
+  it, else token accuracy), each with its 95% interval and its paired
+  difference from `rope` (bold: decided); a split in `targets` adds how many
+  seeds reach its target, and a line saying whether any kind does. With
+  `costs` (`step_costs()`), a column of each kind's step time over RoPE's."""
+  scratch = {key[1]: runs for key, runs in groups.items() if key[0] == "scratch"}
+  if len(scratch) < 2:
+    return ""
+  metric = ("close_accuracy" if any(metric_value(s, splits[0], "close_accuracy") is not None
+                                    for runs in scratch.values() for s in runs.values())
+            else "accuracy")
+  rope = scratch.get("rope", {})
+  parts = []
+  for split in (s for s in splits if s != "valid"):
+    values = {kind: seed_values(runs, split, metric) for kind, runs in scratch.items()}
+    values = {kind: v for kind, v in values.items() if v}
+    if not values:
+      continue
+    target = targets.get(split)
+    configs, kind_costs = costs
+    header = ["rank", "position", "seeds", "mean [95% interval]", "minus rope (paired)",
+              *([f"seeds >= {target:g}"] if target is not None else []),
+              *([f"step time / rope ({' / '.join(configs)})"] if kind_costs else [])]
+    rows = [header, ["---"] * len(header)]
+    ranked = sorted(values, key=lambda kind: -float(np.mean(list(values[kind].values()))))
+    reached = []
+    for rank, kind in enumerate(ranked, 1):
+      mine = values[kind]
+      base = seed_values(rope, split, metric)
+      common = sorted(set(mine) & set(base))
+      versus = ("-" if kind == "rope" or not common else fmt_interval(
+          stats.paired_difference([mine[s] for s in common], [base[s] for s in common]),
+          signed=True))
+      row = [str(rank), kind, str(len(mine)),
+             fmt_interval(stats.seed_interval(list(mine.values()))), versus]
+      if target is not None:
+        hits = sum(v >= target for v in mine.values())
+        row.append(f"{hits}/{len(mine)}")
+        if hits:
+          reached.append(f"{kind} ({hits}/{len(mine)})")
+      if kind_costs:
+        row.append(_step_cost(scratch[kind], kind_costs))
+      rows.append(row)
+    parts += [f"`{split}`:", "", markdown_table(rows)]
+    if target is not None:
+      parts += ["", f"Reaching {target:g} on `{split}` (any seed): "
+                f"{', '.join(reached) if reached else 'no kind'}."]
+    parts.append("")
+  if not parts:
+    return ""
+  name = "closing-bracket accuracy" if metric == "close_accuracy" else "token accuracy"
+  cost = (" The step time is the training step's, over RoPE's, measured on the CPU "
+          f"(`benchmarks/results/{os.path.basename(STEP_COSTS_FILE)}`, its configs "
+          f"{', '.join(f'`{c}`' for c in costs[0])}; command in README, Performance): what a "
+          "kind costs beside what it buys. On this shared CPU ratios within about 0.3 of "
+          "each other are not told apart (one kind read 1.27x and 0.86x in two runs: README)."
+          if costs[1] else "")
+  return "\n".join([f"Leaderboards ({name}, scratch runs, best first; the difference from "
+                    "`rope` over the seeds both have, **bold** where its 95% interval excludes "
+                    f"zero).{cost}", "", *parts]).rstrip()
