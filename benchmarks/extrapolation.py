@@ -9,13 +9,14 @@ r"""The decisive experiment: does bifocal attention extrapolate? Runs, summaries
 
 The presets (`PRESETS`) are in `extrapolation_presets.py`; what a run is
 (`TaskSpec`, `Run`, `PopulationRun`, `Preset`, the kinds) in
-`extrapolation_runs.py`; this file runs them and writes their summaries.
+`extrapolation_runs.py`; what a finished run's summary holds in
+`run_summary.py`; this file runs them and writes their summaries.
 
 A run is one training (`train.py`) and one evaluation (`eval.py`), each a
 subprocess in the run's workdir `OUT/<task>/<arm>/<group>/seed<N>`. Once both
 finished, the run leaves a small JSON summary in the committed results
 directory, `benchmarks/results/runs/<preset>/<task>/<arm>/<group>/seed<N>.json`
-(`summary_of`: task, kind, arm, seed, steps, the config overrides, and per
+(`run_summary.summary_of`: task, kind, arm, seed, steps, the config overrides, and per
 split its accuracy with a 95% interval over examples; for a randomized kind
 whether it drew per layer, `draws_per_layer`). A run whose summary
 exists is done, whatever machine ran it: a sweep started elsewhere skips it,
@@ -23,7 +24,7 @@ and `--summarize_only` rebuilds every table and plot from the summaries alone
 (`extrapolation_report.py`). A crash or a kill loses at most the run in flight
 (its trainer resumes from its last checkpoint); a failed run leaves
 `failed.txt` in its workdir and the sweep goes on. A summary's `seconds`
-is the time of every command the sweeps ran for the run (`logged_seconds`:
+is the time of every command the sweeps ran for the run (`run_summary.logged_seconds`:
 each resumption and the evaluation included).
 
 Arms (how a run starts):
@@ -91,7 +92,6 @@ import glob
 import hashlib
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -99,7 +99,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-import ml_collections
 import numpy as np
 from absl import app
 from absl import flags
@@ -108,206 +107,17 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 from extrapolation_presets import PRESETS  # pylint: disable=g-import-not-at-top,wrong-import-position
 from extrapolation_runs import (  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
-    LEARNED, REPO, PopulationRun, Preset, Run, TaskSpec, checkpoint_results_path, published_data,
+    REPO, PopulationRun, Preset, Run, TaskSpec, checkpoint_results_path, published_data,
     published_file, write_atomically)
+from run_summary import (  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
+    TOOK, calibration_record, logged_seconds, read_json, summary_of, summary_path, trained)
 from bifocal_jax import host  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from extrapolation_report import BUDGETS_FILE, load_budgets  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 RESULTS_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
 FAILED_FILE = "failed.txt"
 TAIL_LINES = 40
-TOOK = "# took "  # the line `_execute` appends to a log when its command ends
-
-
-# ----------------------------------------------------------------------------
-# Run state and summaries.
-# ----------------------------------------------------------------------------
-
-
-def _read_json(path: str):
-  try:
-    with open(path) as f:
-      return json.load(f)
-  except (OSError, json.JSONDecodeError):
-    return None
-
-
-def trained(workdir: str) -> bool:
-  """Whether the final checkpoint exists (a preempted trainer also exits 0)."""
-  config = _read_json(os.path.join(workdir, "config.json"))
-  steps = None if config is None else config.get("steps")
-  return steps is not None and os.path.isdir(os.path.join(workdir, "checkpoints", str(steps)))
-
-
-def read_metrics(workdir: str) -> list[dict]:
-  records = []
-  try:
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-      for line in f:
-        try:
-          records.append(json.loads(line))
-        except json.JSONDecodeError:
-          continue  # a line cut by a kill
-  except OSError:
-    pass
-  return records
-
-
-def summary_path(results_dir: str, run: Run) -> str:
-  return os.path.join(results_dir, run.name + ".json")
-
-
-def _split_summary(r: dict) -> dict:
-  ci = r.get("ci95", {})
-  out = dict(accuracy=r["token_accuracy"], ci95=ci.get("token_accuracy"),
-             sequence_accuracy=r["sequence_accuracy"], examples=r["examples"],
-             che_score=r.get("che_score"), che_ci95=ci.get("che_score"),
-             by_length=r["by_length"], by_depth=r["by_depth"])
-  if "close_accuracy" in r:
-    out.update(close_accuracy=r["close_accuracy"], close_ci95=ci.get("close_accuracy"))
-  return out
-
-
-def _checkpoint_split_summary(r: dict) -> dict:
-  """A split at one checkpoint: `_split_summary` without the per-length curve."""
-  return {k: v for k, v in _split_summary(r).items() if k != "by_length"}
-
-
-def summary_of(run: Run, out: str, budget: int, seconds: float) -> dict | None:
-  """The committed record of a finished run; None unless its evaluation is
-  complete (the final step, every split the task asks for)."""
-  workdir = run.workdir(out)
-  config = _read_json(os.path.join(workdir, "config.json")) or {}
-  results = _read_json(os.path.join(workdir, "eval", "results.json"))
-  if (results is None or results.get("step") != config.get("steps")
-      or not all(name in results.get("splits", {}) for name in run.task.split_names)):
-    return None
-  at_steps = {}
-  for step in run.checkpoint_steps(budget):
-    earlier = _read_json(checkpoint_results_path(workdir, step)) or {}
-    if (earlier.get("step") != step
-        or not all(name in earlier.get("splits", {}) for name in run.task.split_names)):
-      return None
-    at_steps[str(step)] = {name: _checkpoint_split_summary(earlier["splits"][name])
-                           for name in run.task.split_names}
-  if at_steps:  # the curve ends at the final evaluation
-    at_steps[str(config["steps"])] = {
-        name: _checkpoint_split_summary(results["splits"][name]) for name in run.task.split_names}
-  losses = [r["loss"] for r in read_metrics(workdir) if "loss" in r]
-  spectrum = results.get("spectrum") or {}
-  summary = dict(
-      task=run.task.name, kind=run.kind, arm=run.arm, group=run.group, seed=run.seed,
-      steps=config["steps"], budget=budget, config=run.task.config,
-      overrides={k: v for k, v in run.overrides(out, budget).items()
-                 if k not in ("init_from", "progress_bar")},
-      source=run.source().name if run.source() else None,
-      final_train_loss=losses[-1] if losses else None,
-      splits={name: _split_summary(results["splits"][name]) for name in run.task.split_names},
-      **({"at_steps": at_steps} if at_steps else {}),
-      seconds=round(seconds, 1), eval_seconds=round(logged_seconds(workdir, ("eval",)), 1),
-      date=datetime.datetime.now(datetime.timezone.utc).strftime(
-          "%Y-%m-%d %H:%M UTC"), machine=f"{platform.node()} ({os.cpu_count()} cores)",
-      commit=_git_commit())
-  if spectrum.get("heads"):
-    summary["spectrum"] = dict(
-        drift=spectrum["drift"], max_drift=spectrum["max_drift"],
-        harmonic_score=float(np.mean([h["fit"]["score"] for h in spectrum["heads"]])),
-        fraction_explained=float(np.mean([h["fit"]["fraction_explained"]
-                                          for h in spectrum["heads"]])),
-        geometric_score=spectrum["geometric_fit"]["score"],
-        final=[h["frequencies"] for h in spectrum["heads"]])
-  draws_per_layer = position_draws_per_layer(config.get("position") or {})
-  if draws_per_layer is not None:
-    summary["draws_per_layer"] = draws_per_layer
-  if run.task.probe:
-    if "probe" not in results:
-      return None
-    summary["probe"] = probe_summary(results["probe"])
-  return summary
-
-
-def position_draws_per_layer(position: dict) -> bool | None:
-  """For a randomized kind, whether the run drew its positions anew in every
-  layer (`position.draw_per_layer` resolved by its scheme); None for other
-  kinds and for configs written before the key existed (one draw then)."""
-  kind = position.get("kind")
-  if "draw_per_layer" not in position or not positions.is_valid_kind(kind):
-    return None
-  scheme = positions.get(kind)
-  if not scheme.randomized:
-    return None
-  return scheme.draws_per_layer(ml_collections.ConfigDict(position))
-
-
-def probe_summary(report: dict) -> dict:
-  """The headline numbers of `eval.py --probe` (`bifocal_jax.probe`): per
-  split, the depth (and ListOps operator) probe's accuracy per layer and at
-  the unseen depths, and the attention on the matching and top brackets per eye."""
-  out = dict(layers=report["layers"], fitted_max_depth=report["fitted_max_depth"])
-  for name in ("depth", "operator"):
-    if report.get(name):
-      out[name] = {split: dict(accuracy=[layer["accuracy"] for layer in layers],
-                               unseen_accuracy=[layer.get("unseen_accuracy") for layer in layers])
-                   for split, layers in report[name].items()}
-  attention = report["attention"]
-  out["by_eye"] = attention["by_eye"]
-  out["uniform_mass"] = attention["uniform_mass"]
-  out["match_mass"] = attention["match_mass"]
-  if "match_mass_far" in attention:  # probes from before it have the mean over all pairs only
-    out["match_mass_far"] = attention["match_mass_far"]
-  out["eyes"] = attention["eyes"]  # which heads `match_mass`'s are: the same-heads pairing
-  return out
-
-
-def _git_commit() -> str | None:
-  try:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
-                          capture_output=True, timeout=10).stdout.strip() or None
-  except (OSError, subprocess.SubprocessError):
-    return None
-
-
-def calibration_record(task: TaskSpec, workdir: str, learned: float = LEARNED,
-                       converged: float | None = None) -> dict | None:
-  """`{max_steps, interval, curve, budget}` of a finished calibration run.
-
-  Just fitted (`converged` None): `budget` is the first evaluated step whose
-  valid token accuracy reaches `learned` (None: never, within `max_steps`).
-  Converged (`converged`, a gain): `convergence_budget` below; the record
-  also names the criterion and the task's just-fit budget.
-  """
-  if not trained(workdir):
-    return None
-  curve = [[r["step"], r["valid_token_accuracy"]] for r in read_metrics(workdir)
-           if "valid_token_accuracy" in r]
-  reached = [step for step, accuracy in curve if accuracy >= learned]
-  if converged is not None:
-    just_fit = task.just_fit or (reached[0] if reached else None)
-    return dict(max_steps=task.max_steps, interval=task.interval, curve=curve,
-                budget=convergence_budget(curve, task.max_steps, converged,
-                                          min_steps=2 * (just_fit or 0)),
-                just_fit=just_fit, criterion=f"valid accuracy gains < {converged:g} over "
-                f"the last quarter of the steps, or {task.max_steps} steps")
-  return dict(max_steps=task.max_steps, interval=task.interval, curve=curve,
-              budget=reached[0] if reached else None)
-
-
-def convergence_budget(curve: Sequence[Sequence[float]], max_steps: int, gain: float, *,
-                       min_steps: int = 0) -> int:
-  """The first evaluated step `s >= min_steps` at which valid accuracy has
-  gained less than `gain` since the last evaluation at or before `0.75 s`
-  (the last quarter of the steps), or `max_steps` if none has. `min_steps`
-  (twice the just-fit budget) keeps an early plateau from passing for
-  convergence."""
-  for step, accuracy in curve:
-    if step < min_steps:
-      continue
-    before = [a for s, a in curve if 0 < s <= 0.75 * step]
-    if before and accuracy - before[-1] < gain:
-      return int(step)
-  return int(max_steps)
 
 
 # ----------------------------------------------------------------------------
@@ -385,16 +195,6 @@ def _execute(command: list[str], log_path: str, stop: _Stop,
   return status, "".join(tail)
 
 
-def logged_seconds(workdir: str, stages: Sequence[str] = ("train", "eval")) -> float:
-  """The time of every command the sweeps ran in `workdir` (`TOOK` lines of
-  its train and eval logs): a run stopped and resumed counts every segment."""
-  total = 0.0
-  for stage in stages:
-    with contextlib.suppress(FileNotFoundError), open(os.path.join(workdir, f"{stage}.log")) as f:
-      total += sum(float(line[len(TOOK):].split()[0]) for line in f if line.startswith(TOOK))
-  return total
-
-
 def _stages(run: Run, out: str, budget: int, *, evaluate: bool) -> list[tuple[str, Run, list]]:
   """What is left to do for `run`: its source's training, its training, its evaluation."""
   stages = []
@@ -407,7 +207,7 @@ def _stages(run: Run, out: str, budget: int, *, evaluate: bool) -> list[tuple[st
     pending = [
         step for step in run.checkpoint_steps(budget)
         # not yet evaluated (or cut off)
-        if (_read_json(checkpoint_results_path(run.workdir(out), step)) or {}).get("step") != step
+        if (read_json(checkpoint_results_path(run.workdir(out), step)) or {}).get("step") != step
     ]
     if pending:  # one process for all of them: set up and compiled once
       stages.append(("eval", run, run.checkpoint_eval_command(out, pending)))
@@ -638,7 +438,7 @@ class Sweep:
     arm_dir = os.path.join(self.results_dir, unit.task.name, unit.arm)
     for group, statistic in ((unit.group, np.median), ("*", np.max)):
       seconds = [s for path in glob.glob(os.path.join(arm_dir, group, "seed*.json"))
-                 if isinstance(s := (_read_json(path) or {}).get("seconds"), (int, float))]
+                 if isinstance(s := (read_json(path) or {}).get("seconds"), (int, float))]
       if seconds:
         return float(statistic(seconds))
     return None

@@ -1,7 +1,7 @@
 """The extrapolation benchmark's report, rebuilt from the committed run summaries alone.
 
 `report(preset, results_dir)` reads `results_dir/**/seed*.json` (what
-`extrapolation.summary_of` wrote) and `budgets.json`, and returns markdown:
+`run_summary.summary_of` wrote) and `budgets.json`, and returns markdown:
 
   * the calibrated budgets (and the tasks not learned at them);
   * per task, accuracy per position kind and split: the mean over seeds with a
@@ -409,7 +409,7 @@ def budgets_section(preset, budgets: dict) -> str:
             "each evaluation; the convergence budget is the "
             f"first evaluated step (at least twice the just-fit budget) whose valid accuracy "
             f"gained less than {preset.converged:g} over the last quarter of its steps, or the "
-            "cap (`--calibrate`; `extrapolation.convergence_budget`):\n\n" + markdown_table(rows))
+            "cap (`--calibrate`; `run_summary.convergence_budget`):\n\n" + markdown_table(rows))
   return ("Step budgets: the first evaluated step at which `rope` (seed 0) reaches valid "
           "token accuracy 0.9 (`--calibrate`); tasks not learned are left out:\n\n"
           + markdown_table(rows))

@@ -41,6 +41,7 @@ import training_time_report as training_time_lib  # pylint: disable=g-import-not
 import extrapolation_presets as presets_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import extrapolation_runs as runs_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import probe_report  # pylint: disable=g-import-not-at-top,wrong-import-position
+import run_summary  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 TASK = ex.TaskSpec("odds_first", variant="tiny", overrides=(("batch_size", 8),))
 PRESET = ex.Preset(tasks=(TASK,), kinds=("rope", "bifocal_heads"), seeds=(0, 1),
@@ -172,12 +173,12 @@ def test_calibration_budget_is_the_first_evaluated_step_that_learned(tmp_path):
   assert run.name == "odds_first/calibration/rope_3000steps/seed0"
   workdir = fake_workdir(run, str(tmp_path), steps=3000,
                          curve=[(250, 0.4), (500, 0.85), (750, 0.93), (1000, 0.89)])
-  record = ex.calibration_record(TASK, workdir)
+  record = run_summary.calibration_record(TASK, workdir)
   assert record["budget"] == 750 and record["curve"][1] == [500, 0.85]
   workdir = fake_workdir(run, str(tmp_path / "b"), steps=3000, curve=[(250, 0.4), (3000, 0.7)])
-  assert ex.calibration_record(TASK, workdir)["budget"] is None
+  assert run_summary.calibration_record(TASK, workdir)["budget"] is None
   shutil.rmtree(os.path.join(workdir, "checkpoints"))
-  assert ex.calibration_record(TASK, workdir) is None  # not finished
+  assert run_summary.calibration_record(TASK, workdir) is None  # not finished
 
 
 def test_an_in_order_preset_keeps_its_task_order_and_runs_the_protocol_last(tmp_path):
@@ -245,7 +246,7 @@ def test_a_task_without_a_just_fit_budget_reads_it_off_its_calibration(tmp_path)
   with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
     for step, accuracy in curve:
       f.write(json.dumps({"step": step, "valid_token_accuracy": accuracy}) + "\n")
-  record = ex.calibration_record(task, workdir, converged=0.002)
+  record = run_summary.calibration_record(task, workdir, converged=0.002)
   # The plateau at 2,000 is not convergence: that is at least twice 3,000.
   assert record["just_fit"] == 3000 and record["budget"] == 8000
   assert "config=configs/listops_depth.py:minmax" in " ".join(
@@ -288,11 +289,11 @@ def test_convergence_budget_is_the_first_step_whose_last_quarter_gained_little()
            (3000, 0.9765)]
   # 1000 gained 0.01 over 750 (the last evaluation <= 0.75 * 1000), 1500 0.01 over
   # 1000, 2000 0.005 over 1500, 3000 only 0.0015 over 2000.
-  assert ex.convergence_budget(curve, 4000, 0.002) == 3000
-  assert ex.convergence_budget(curve, 4000, 0.01) == 2000
-  assert ex.convergence_budget(curve, 4000, 0.0001) == 4000  # never: the cap
-  assert ex.convergence_budget([(250, 0.5), (500, 0.5), (1000, 0.6)], 4000, 0.002) == 500
-  assert ex.convergence_budget([(250, 0.5), (500, 0.5), (1000, 0.6)], 4000, 0.002,
+  assert run_summary.convergence_budget(curve, 4000, 0.002) == 3000
+  assert run_summary.convergence_budget(curve, 4000, 0.01) == 2000
+  assert run_summary.convergence_budget(curve, 4000, 0.0001) == 4000  # never: the cap
+  assert run_summary.convergence_budget([(250, 0.5), (500, 0.5), (1000, 0.6)], 4000, 0.002) == 500
+  assert run_summary.convergence_budget([(250, 0.5), (500, 0.5), (1000, 0.6)], 4000, 0.002,
                                min_steps=1000) == 4000  # an early plateau is not convergence
 
 
@@ -301,7 +302,7 @@ def test_converged_calibration_records_its_criterion_and_the_just_fit_budget(tmp
   run = ex.Preset(tasks=(task,), kinds=("rope",), seeds=(0,)).calibration_runs()[0]
   workdir = fake_workdir(run, str(tmp_path), steps=3000,
                          curve=[(250, 0.8), (500, 0.9), (750, 0.95), (1000, 0.9505)])
-  record = ex.calibration_record(task, workdir, converged=0.002)
+  record = run_summary.calibration_record(task, workdir, converged=0.002)
   assert record["budget"] == 1000 and record["just_fit"] == 250
   assert "0.002" in record["criterion"] and "3000 steps" in record["criterion"]
 
@@ -332,7 +333,7 @@ def test_summary_carries_the_curve_at_steps_and_waits_for_every_checkpoint(tmp_p
   run = ex.Run(task, "rope", 0)
   workdir = fake_workdir(run, out, steps=20, accuracy=0.9)
   assert run.checkpoint_steps(20) == (5, 10)
-  assert ex.summary_of(run, out, 20, 1.0) is None  # no checkpoint evaluated yet
+  assert run_summary.summary_of(run, out, 20, 1.0) is None  # no checkpoint evaluated yet
   def checkpoint_stages():
     return [c for stage, _, c in ex._stages(run, out, 20, evaluate=True)
             if stage == "eval" and any(a.startswith("--steps=") for a in c)]
@@ -348,7 +349,7 @@ def test_summary_carries_the_curve_at_steps_and_waits_for_every_checkpoint(tmp_p
       assert [[a for a in c if a.startswith("--steps=")] for c in checkpoint_stages()] == [
           ["--steps=10"]]
   assert len(ex._stages(run, out, 20, evaluate=True)) == 1  # only the final evaluation left
-  s = ex.summary_of(run, out, 20, 1.0)
+  s = run_summary.summary_of(run, out, 20, 1.0)
   assert list(s["at_steps"]) == ["5", "10", "20"]
   assert s["at_steps"]["5"]["test_length"]["accuracy"] == 0.6
   assert s["at_steps"]["20"]["test_length"]["accuracy"] == 0.9
@@ -359,9 +360,9 @@ def test_summary_needs_the_final_step_and_every_split(tmp_path):
   out = str(tmp_path)
   run = PRESET.runs()[1]
   fake_workdir(run, out, splits=("valid",))
-  assert ex.summary_of(run, out, 10, 1.0) is None
+  assert run_summary.summary_of(run, out, 10, 1.0) is None
   fake_workdir(run, out, accuracy=0.75)
-  s = ex.summary_of(run, out, 10, 12.0)
+  s = run_summary.summary_of(run, out, 10, 12.0)
   assert (s["task"], s["kind"], s["arm"], s["seed"], s["steps"]) == (
       "odds_first", "bifocal_heads", "scratch", 0, 10)
   assert s["overrides"]["position.split"] == "heads" and s["final_train_loss"] == 0.25
@@ -373,15 +374,15 @@ def test_a_randomized_runs_summary_says_whether_it_drew_per_layer(tmp_path):
   out = str(tmp_path)
   run = ex.Run(TASK, "rope", 0)
   workdir = fake_workdir(run, out)
-  assert "draws_per_layer" not in ex.summary_of(run, out, 10, 1.0)  # no position in config.json
+  assert "draws_per_layer" not in run_summary.summary_of(run, out, 10, 1.0)  # no position in config.json
   for kind, value, expected in (("randomized_alibi", None, True), ("randomized_rope", None, False),
                                 ("randomized_rope", True, True), ("alibi", None, None)):
     with open(os.path.join(workdir, "config.json"), "w") as f:
       json.dump({"steps": 10, "position": {"kind": kind, "draw_per_layer": value}}, f)
-    assert ex.summary_of(run, out, 10, 1.0).get("draws_per_layer") == expected, (kind, value)
+    assert run_summary.summary_of(run, out, 10, 1.0).get("draws_per_layer") == expected, (kind, value)
   # A config from before the key: nothing claimed (those runs drew once for all layers).
-  assert ex.position_draws_per_layer({"kind": "randomized_alibi"}) is None
-  assert ex.position_draws_per_layer({"kind": "rope+alibi", "draw_per_layer": None}) is None
+  assert run_summary.position_draws_per_layer({"kind": "randomized_alibi"}) is None
+  assert run_summary.position_draws_per_layer({"kind": "rope+alibi", "draw_per_layer": None}) is None
 
 
 def test_a_probed_task_probes_at_its_end_and_its_summary_waits_for_the_probe(tmp_path):
@@ -394,12 +395,12 @@ def test_a_probed_task_probes_at_its_end_and_its_summary_waits_for_the_probe(tmp
   assert "--probe" not in ex.Run(dataclasses.replace(task, probe=False), "rope", 0).eval_command(
       out)
   workdir = fake_workdir(run, out, steps=10)
-  assert ex.summary_of(run, out, 10, 1.0) is None  # no checkpoint at 5, no probe
+  assert run_summary.summary_of(run, out, 10, 1.0) is None  # no checkpoint at 5, no probe
   with open(ex.checkpoint_results_path(workdir, 5), "w") as f:
     split = dict(token_accuracy=0.5, sequence_accuracy=0.1, examples=16, by_length={},
                  by_depth={}, ci95={})
     json.dump(dict(step=5, splits={n: split for n in task.split_names}), f)
-  assert ex.summary_of(run, out, 10, 1.0) is None  # still no probe
+  assert run_summary.summary_of(run, out, 10, 1.0) is None  # still no probe
   results_path = os.path.join(workdir, "eval", "results.json")
   with open(results_path) as f:
     results = json.load(f)
@@ -412,7 +413,7 @@ def test_a_probed_task_probes_at_its_end_and_its_summary_waits_for_the_probe(tmp
                      eyes=[["geometric"]]))
   with open(results_path, "w") as f:
     json.dump(results, f)
-  s = ex.summary_of(run, out, 10, 1.0)
+  s = run_summary.summary_of(run, out, 10, 1.0)
   assert s["probe"]["depth"]["test_depth"]["accuracy"] == [0.9, 0.4]
   assert s["probe"]["by_eye"]["test_depth"]["match_mass"] == {"geometric": 0.2}
   assert s["probe"]["eyes"] == [["geometric"]]  # which heads the masses are, for the pairing
@@ -432,7 +433,7 @@ def test_pending_waits_for_budgets_and_skips_summarised_runs(tmp_path):
   with open(os.path.join(results, ex.BUDGETS_FILE), "w") as f:
     json.dump({"odds_first": {"budget": 400}}, f)
   first = PRESET.runs()[0]
-  path = ex.summary_path(results, first)
+  path = run_summary.summary_path(results, first)
   os.makedirs(os.path.dirname(path))
   with open(path, "w") as f:
     f.write("{}")
@@ -466,7 +467,7 @@ def test_pending_takes_the_group_with_fewest_steps_left_first(tmp_path):
   # Runs already summarised shrink their group: reverse_string's scratch and
   # protocol group, 1 run left (2,500 steps), now goes before its sensitivity arm.
   for run in preset.runs()[:7]:
-    path = ex.summary_path(results, run)
+    path = run_summary.summary_path(results, run)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
       f.write("{}")
@@ -877,7 +878,7 @@ def test_sweep_commits_each_summary_it_writes(tmp_path, monkeypatch):
   assert sweep.run() == {run.name: "done"}
   committed = _git(repo, "show", "--name-only", "--format=%s", "HEAD").splitlines()
   assert committed[0] == f"sweep (results): {run.name}"
-  assert committed[-1] == os.path.relpath(ex.summary_path(str(repo / "results"), run), repo)
+  assert committed[-1] == os.path.relpath(run_summary.summary_path(str(repo / "results"), run), repo)
 
 
 def test_each_command_logs_its_duration_and_a_resumed_run_counts_every_segment(tmp_path):
@@ -888,9 +889,9 @@ def test_each_command_logs_its_duration_and_a_resumed_run_counts_every_segment(t
           [sys.executable, "-c", f"import time; time.sleep({seconds}); print('step')"],
           log_path, stop)
       assert status == 0 and "step" in tail
-  (tmp_path / "eval.log").write_text(f"$ eval.py\n{ex.TOOK}2.0 s (exit status 0)\n")
-  assert 2.5 <= ex.logged_seconds(str(tmp_path)) < 2.5 + 10  # both segments and the eval
-  assert ex.logged_seconds(str(tmp_path / "missing")) == 0.0
+  (tmp_path / "eval.log").write_text(f"$ eval.py\n{run_summary.TOOK}2.0 s (exit status 0)\n")
+  assert 2.5 <= run_summary.logged_seconds(str(tmp_path)) < 2.5 + 10  # both segments and the eval
+  assert run_summary.logged_seconds(str(tmp_path / "missing")) == 0.0
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
@@ -934,7 +935,7 @@ def test_summary_seconds_include_segments_of_earlier_sweeps(tmp_path, monkeypatc
   run = ex.Run(TASK, "rope", 0)
   os.makedirs(run.workdir(sweep.out))
   with open(os.path.join(run.workdir(sweep.out), "train.log"), "w") as f:
-    f.write(f"{ex.TOOK}500.0 s (exit status -2)\n{ex.TOOK}100.5 s (exit status 0)\n")
+    f.write(f"{run_summary.TOOK}500.0 s (exit status -2)\n{run_summary.TOOK}100.5 s (exit status 0)\n")
   seconds = []
   monkeypatch.setattr(ex, "execute", lambda *a, **k: "done")
   monkeypatch.setattr(ex, "summary_of", lambda r, out, budget, s: seconds.append(s) or {})
@@ -995,7 +996,7 @@ def test_sweep_limit_counts_across_rounds(tmp_path, monkeypatch):
 
 
 def _finished(results_dir, run, seconds):
-  path = ex.summary_path(results_dir, run)
+  path = run_summary.summary_path(results_dir, run)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, "w") as f:
     json.dump({"seconds": seconds}, f)
@@ -1101,7 +1102,7 @@ def test_smoke_sweep_end_to_end_and_the_report_from_summaries_alone(smoke):
   preset = ex.PRESETS["smoke"]
   assert ex.load_budgets(results)["dyck"]["budget"] == 10
   for run in preset.runs():
-    with open(ex.summary_path(results, run)) as f:
+    with open(run_summary.summary_path(results, run)) as f:
       summary = json.load(f)
     assert set(run.task.split_names) == set(summary["splits"]), run.name
     assert summary["splits"]["k8_m10.test"]["examples"] == 4
@@ -1188,7 +1189,7 @@ def test_population_summaries_one_per_member_and_fixed_budgets(tmp_path):
   assert len(sweep.pending()) == 8
   member = POPULATIONS.runs()[1]
   fake_workdir(member, out, steps=TASK.max_steps, accuracy=0.7)
-  s = ex.summary_of(member, out, TASK.max_steps, 5.0)
+  s = run_summary.summary_of(member, out, TASK.max_steps, 5.0)
   assert (s["arm"], s["group"], s["seed"]) == ("sensitivity", "rope_lr0.0003", 0)
   assert s["overrides"]["learning_rate"] == 3e-4
   markdown = report_lib.report(POPULATIONS, results)
@@ -1206,12 +1207,12 @@ def test_population_sweep_one_command_at_a_time(tmp_path, compilation_cache_env)
   preset = ex.PRESETS["population_smoke"]
   done, left = preset.populations()
   for run in done.members():
-    with open(ex.summary_path(results, run)) as f:
+    with open(run_summary.summary_path(results, run)) as f:
       summary = json.load(f)
     assert set(summary["splits"]) == set(run.task.split_names)
     assert summary["overrides"]["learning_rate"] == dict(run.setting)["learning_rate"]
     assert summary["overrides"]["seed"] == run.seed and summary["steps"] == 12
-  assert not any(os.path.exists(ex.summary_path(results, r)) for r in left.members())
+  assert not any(os.path.exists(run_summary.summary_path(results, r)) for r in left.members())
   assert "rope_lr0.01 (sensitivity) - rope (scratch)" in proc.stdout
   proc = _cli("--preset=population_smoke", f"--out={out}", f"--results={results}", "--dry_run")
   assert "4 runs to do" in proc.stdout

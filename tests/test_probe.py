@@ -308,11 +308,11 @@ def test_evaluate_with_probe(trained_run, tmp_path):
                             log=lambda _: None)
   assert again["probe"] == p
   assert "depth accuracy" in probe.format_report(p)
-  # The sweep's summary of it and its report table (benchmarks/extrapolation*.py)
+  # The sweep's summary of it and its report table (benchmarks/run_summary.py, probe_report.py)
   sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-  import extrapolation  # pylint: disable=g-import-not-at-top
   import probe_report  # pylint: disable=g-import-not-at-top
-  summary = extrapolation.probe_summary(p)
+  import run_summary  # pylint: disable=g-import-not-at-top
+  summary = run_summary.probe_summary(p)
   assert summary["depth"]["test_depth"]["accuracy"] == [
       layer["accuracy"] for layer in p["depth"]["test_depth"]]
   assert probe_report.head_eyes({"probe": summary}) == p["attention"]["eyes"]
