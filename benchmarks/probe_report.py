@@ -225,6 +225,54 @@ def same_heads_table(groups: dict) -> str:
   return markdown_table(rows) if len(rows) > 2 else ""
 
 
+def _kind_mass(summary: dict, name: str, split: str = "test_depth") -> float | None:
+  """A probed run's `name` mass on `split`, the mean over its eyes (each eye's
+  mean over its heads; None where no head has weights)."""
+  by_eye = summary["probe"]["by_eye"].get(split, {}).get(name) or {}
+  values = [v for v in by_eye.values() if v is not None]
+  return float(np.mean(values)) if values else None
+
+
+def across_kinds_table(groups: dict, split: str = "test_depth") -> str:
+  """Per scratch kind, over its probed seeds: attention on the top-of-stack
+  bracket (`top_mass`: the open bracket the next closing bracket must match)
+  and on the matching bracket (`match_mass`), each the mean over the kind's
+  eyes, beside the kind's accuracy on `split` over the same seeds (closing
+  brackets where the summaries have them); then Spearman's rank correlation
+  across kinds of each mass with that accuracy, with its permutation p-value
+  (`stats.spearman_permutation_p`). A correlation across kinds is not a
+  cause: the kinds differ in more than where their heads look."""
+  rows, masses, accuracy = [], {"top_mass": {}, "match_mass": {}}, {}
+  for (arm, group), runs in groups.items():
+    probed = [s for s in runs.values() if arm == "scratch" and s.get("probe")]
+    if not probed:
+      continue
+    metric = "close_accuracy" if "close_accuracy" in probed[0]["splits"][split] else "accuracy"
+    accuracy[group] = float(np.mean([s["splits"][split][metric] for s in probed]))
+    cells = []
+    for name in ("top_mass", "match_mass"):
+      values = [v for s in probed if (v := _kind_mass(s, name, split)) is not None]
+      if values:
+        masses[name][group] = float(np.mean(values))
+      cells.append(f"{np.mean(values):.3f} ({len(values)})" if values else "-")
+    rows.append([group, str(len(probed)), *cells, f"{accuracy[group]:.3f}"])
+  if len(rows) < 3:
+    return ""
+  rows.sort(key=lambda row: -accuracy[row[0]])
+  correlations = []
+  for name, label in (("top_mass", "top-of-stack"), ("match_mass", "matching-bracket")):
+    rho = stats.spearman(masses[name], accuracy)
+    if rho is not None:
+      p = stats.spearman_permutation_p(masses[name], accuracy)
+      correlations.append(f"{label} mass with accuracy: rho {rho:+.2f} over "
+                          f"{len(masses[name])} kinds (permutation p = {p:.3g})")
+  header = ["position", "probed seeds", f"top-of-stack mass on {split} (seeds)",
+            f"matching-bracket mass on {split} (seeds)", f"{split} accuracy, same seeds"]
+  table = markdown_table([header, ["---"] * len(header), *rows])
+  return table + ("\n\nSpearman's rank correlation across kinds: " + "; ".join(correlations)
+                  + "." if correlations else "")
+
+
 def section(groups: dict) -> str:
   """The probes' part of a task's report ("" when no run was probed)."""
   parts = []
@@ -239,4 +287,10 @@ def section(groups: dict) -> str:
               "weights (`benchmarks/probe_report.py`; surgery against continue; kinds that draw "
               "parameters of their own first have no such twin and are left out); mean over "
               "seeds, paired difference [95% interval]:", "", paired]
+  across = across_kinds_table(groups)
+  if across:
+    parts += ["", "Where the heads look, across kinds (scratch runs; each kind's mean over its "
+              "probed seeds and its eyes; kinds best on `test_depth` first; heads of a "
+              "data-dependent kind have weights only in runs probed since 2026-12-05 04:10 UTC):",
+              "", across]
   return "\n".join(parts)

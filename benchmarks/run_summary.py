@@ -164,6 +164,7 @@ def probe_summary(report: dict) -> dict:
   out["by_eye"] = attention["by_eye"]
   out["uniform_mass"] = attention["uniform_mass"]
   out["match_mass"] = attention["match_mass"]
+  out["top_mass"] = attention["top_mass"]  # per head: the same-heads pairing on the top of stack
   if "match_mass_far" in attention:  # probes from before it have the mean over all pairs only
     out["match_mass_far"] = attention["match_mass_far"]
   out["eyes"] = attention["eyes"]  # which heads `match_mass`'s are: the same-heads pairing

@@ -36,12 +36,15 @@
 The residual stream and the weights are recomputed by looping the model's
 blocks (`trace`): the stream is the blocks' own outputs, and the weights are
 `softmax(q.k / sqrt(K) + masks + bias)` from the layer's QKV projection, its
-rotary module and its logit bias, as `attention.attend_heads` computes them;
-tests check that the loop's logits and `weights @ values` reproduce the
-model's. Kinds whose attention is data-dependent (interface `attention`:
-CoPE, FoX, stick-breaking, PaTH, FoPE) have no such weights: their heads'
-masses are null, with the reason in `null_reasons`. Randomized kinds are
-traced at the positions the evaluation draws (the evaluator's key).
+rotary module and its logit bias, as `attention.attend_heads` computes them.
+Kinds whose attention is data-dependent (interface `attention`: CoPE, FoX,
+stick-breaking, PaTH, FoPE) have no such formula; their weights are read off
+their own attention, which is linear in the values, by attending to one-hot
+values (`weights_from_basis_values`; stick-breaking's remainder lands on the
+query's own key, as its source puts it on the query's value). Tests check
+that the loop's logits and `weights @ values` reproduce the model's, for
+every interface. Randomized kinds are traced at the positions the
+evaluation draws (the evaluator's key).
 
 One process, `num_examples` (default 256) examples of each split.
 
@@ -56,8 +59,9 @@ The report (`results["probe"]`):
   operator, operator_classes   ListOps only: the same, for the operator probe
   attention:
     eyes                   [per layer: [eye per head]]
-    null_reasons           why some heads' weights are null (empty if none)
-    match_mass, top_mass   {split: [per layer: [mean weight per head, or null]]}
+    match_mass, top_mass   {split: [per layer: [mean weight per head]]} (null: heads of
+                           data-dependent kinds in results written before their
+                           weights were read; a split without such positions)
     match_mass_far         the same over the pairs at least `FAR` (16) tokens apart
                            (null where a split has none: `far_positions`)
     by_eye                 {split: {"match_mass"|"top_mass": {eye: mean over its heads}}}
@@ -204,23 +208,38 @@ def head_eyes(attn) -> list[str]:
   return eyes
 
 
-def null_reasons(attn) -> list[str | None]:
-  """Per head: why its attention weights are not recomputed (None: they are)."""
-  reasons = []
-  for start, stop, _, _, interface, kind in _head_groups(attn):
-    why = None
-    if interface == positions_lib.ATTENTION:
-      why = (f"position.kind={kind!r} attends data-dependently (interface 'attention'): its "
-             "weights are not a softmax of q.k plus a bias, and are not recomputed")
-    reasons += [why] * (stop - start)
-  return reasons
+def weights_from_basis_values(x_BxLxD, qkv_TxBxLxHxK, positions_BxL, valid_BxL, **attend_kwargs):
+  """`[B, H, L, L]` float32 weights of one scheme's heads, read off the
+  layer's own `attention.attend_heads` (`attend_kwargs`: its keywords) by
+  attending to one-hot values: the output for values `e_j` (every key's value
+  zero but key `j`'s, a one in column `j`) is each query's weight on key `j`.
+  Exact for any attention linear in its values, whatever makes its weights
+  (CoPE's counts, FoX's forget gates, stick-breaking's remainder on the query's
+  own value, PaTH's reflections, FoPE's spectra); the values' width is the
+  head's, so `ceil(L / K)` calls, mapped, read `K` keys each."""
+  _, batch, length, heads, width = qkv_TxBxLxHxK.shape
+  starts = jnp.arange(0, length, width)
+
+  def keys_from(start):  # one-hot values for keys start .. start + width - 1
+    basis_LxK = (jnp.arange(length)[:, None] == start + jnp.arange(width)[None, :])
+    v_BxLxHxK = jnp.broadcast_to(basis_LxK[None, :, None, :], (batch, length, heads, width))
+    qkv = qkv_TxBxLxHxK.at[2].set(v_BxLxHxK.astype(qkv_TxBxLxHxK.dtype))
+    out_BxLxHxK = attention_lib.attend_heads(x_BxLxD, qkv, positions_BxL, valid_BxL,
+                                             **attend_kwargs)
+    return out_BxLxHxK.astype(jnp.float32)
+
+  out_NxBxLxHxK = jax.lax.map(keys_from, starts)
+  # [N, B, Lq, H, K] -> [B, H, Lq, N * K]: the keys in order, the last block's overhang dropped
+  w = jnp.moveaxis(out_NxBxLxHxK, 0, 3).reshape(batch, length, heads, -1)[..., :length]
+  return jnp.swapaxes(w, 1, 2)
 
 
 def attention_weights(attn, x_BxLxD, positions_BxL, valid_BxL=None, *, shared=None,
                       distances_BxL=None):
   """`[B, H, L, L]` float32 attention weights of layer `attn` on its input
-  `x_BxLxD` (after `ln_attn`), as `attention.attend_heads` computes them; NaN
-  for the heads of a data-dependent kind (`null_reasons`)."""
+  `x_BxLxD` (after `ln_attn`), as `attention.attend_heads` computes them: for
+  a rotary or bias scheme the softmax written out, for a data-dependent one
+  (interface `attention`) read off its own attention (`weights_from_basis_values`)."""
   qkv_TxBxLxHxK = jnp.einsum("bld,dthk->tblhk", x_BxLxD, attn.qkv_DxTxHxK[...].astype(attn.dtype))
   length = x_BxLxD.shape[1]
   mask = jnp.ones((1, 1, length, length), bool)
@@ -233,7 +252,11 @@ def attention_weights(attn, x_BxLxD, positions_BxL, valid_BxL=None, *, shared=No
   for start, stop, rope, position, interface, kind in _head_groups(attn):
     qk = qkv_TxBxLxHxK[:2, :, :, start:stop]
     if interface == positions_lib.ATTENTION:
-      weights.append(jnp.full((x_BxLxD.shape[0], stop - start, length, length), jnp.nan))
+      weights.append(
+          weights_from_basis_values(x_BxLxD, qkv_TxBxLxHxK[:, :, :, start:stop], positions_BxL,
+                                    valid_BxL, rope=rope, position=position, interface=interface,
+                                    shared=None, causal=attn.causal, query_chunk=attn.query_chunk,
+                                    distances_BxL=distances_BxL))
       continue
     if rope is not None:
       qk = attention_lib.rotate_queries_keys(qk, positions_BxL, rope.frequencies(), rope.layout)
@@ -400,15 +423,12 @@ def collect(setup, params, split: str, *, num_examples: int, rng, vocab: Bracket
   return {k: np.concatenate(v, axis=axis.get(k, 0)) for k, v in columns.items()}
 
 
-def _masses(per_head_LxMxH: np.ndarray, reasons) -> list[list[float | None]]:
-  """Mean over positions per layer and head; None where the weights are null."""
+def _masses(per_head_LxMxH: np.ndarray) -> list[list[float | None]]:
+  """Mean over positions per layer and head; None where there are no positions."""
   out = []
-  for layer, layer_reasons in zip(per_head_LxMxH, reasons):
+  for layer in per_head_LxMxH:
     means = layer.mean(0) if layer.shape[0] else np.full(layer.shape[1], np.nan)
-    out.append([
-        None if why is not None or not np.isfinite(m) else float(m)
-        for m, why in zip(means, layer_reasons)
-    ])
+    out.append([float(m) if np.isfinite(m) else None for m in means])
   return out
 
 
@@ -417,16 +437,15 @@ def _octave(distance: np.ndarray) -> np.ndarray:
   return 1 << (np.log2(np.maximum(distance, 1)).astype(np.int64))
 
 
-def _by_eye_and_key(per_head_LxMxH, keys_M, eyes, reasons, names) -> dict:
+def _by_eye_and_key(per_head_LxMxH, keys_M, eyes, names) -> dict:
   """{eye: {name(key): mean mass over that eye's heads (all layers) and the
-  closing positions with that key}}, over heads whose weights are recomputed."""
+  closing positions with that key}}."""
   out: dict[str, dict[str, float]] = {}
   for key in np.unique(keys_M):
     sel = keys_M == key
-    for layer, layer_eyes, layer_reasons in zip(per_head_LxMxH, eyes, reasons):
-      for h, (eye, why) in enumerate(zip(layer_eyes, layer_reasons)):
-        if why is None:
-          out.setdefault(eye, {}).setdefault(names(key), []).append(layer[sel, h].mean())
+    for layer, layer_eyes in zip(per_head_LxMxH, eyes):
+      for h, eye in enumerate(layer_eyes):
+        out.setdefault(eye, {}).setdefault(names(key), []).append(layer[sel, h].mean())
   return {eye: {k: float(np.mean(v)) for k, v in keyed.items()} for eye, keyed in out.items()}
 
 
@@ -453,7 +472,6 @@ def probe_report(run, *, num_examples: int = DEFAULT_EXAMPLES, ridge: float = RI
     raise ValueError(f"probe: num_examples={num_examples} must be >= 2 (fit and held-out halves)")
   model = setup.model(run.params)
   eyes = [head_eyes(block.attn) for block in model.blocks]
-  reasons = [null_reasons(block.attn) for block in model.blocks]
   data = {
       split:
           collect(setup, run.params, split, num_examples=num_examples, rng=run.evaluator.rng,
@@ -483,16 +501,15 @@ def probe_report(run, *, num_examples: int = DEFAULT_EXAMPLES, ridge: float = RI
         operator[split].append(
             scores(predict_class(o_probe, x),
                    op_labels(d)[sel], d["depth"][sel], fitted_max_depth=fitted_max_depth))
-  attention = dict(eyes=eyes, null_reasons=sorted({r for rs in reasons for r in rs if r}),
-                   match_mass={}, match_mass_far={}, top_mass={}, by_eye={}, uniform_mass={},
-                   closing_positions={}, far_positions={}, match_mass_by_distance={},
-                   match_mass_by_level={})
+  attention = dict(eyes=eyes, match_mass={}, match_mass_far={}, top_mass={}, by_eye={},
+                   uniform_mass={}, closing_positions={}, far_positions={},
+                   match_mass_by_distance={}, match_mass_by_level={})
   for split in SPLITS:
     d = data[split]
     for name in ("match_mass", "top_mass"):
-      attention[name][split] = _masses(d[name], reasons)
+      attention[name][split] = _masses(d[name])
     far = d["close_distance"] >= FAR
-    attention["match_mass_far"][split] = _masses(d["match_mass"][:, far], reasons)
+    attention["match_mass_far"][split] = _masses(d["match_mass"][:, far])
     attention["far_positions"][split] = int(far.sum())
     attention["by_eye"][split] = {
         name: _by_eye(attention[name][split], eyes) for name in ("match_mass", "top_mass")
@@ -502,10 +519,9 @@ def probe_report(run, *, num_examples: int = DEFAULT_EXAMPLES, ridge: float = RI
     attention["closing_positions"][split] = int(d["uniform_mass"].size)
     octave = _octave(d["close_distance"])
     attention["match_mass_by_distance"][split] = _by_eye_and_key(d["match_mass"], octave, eyes,
-                                                                 reasons,
                                                                  lambda lo: f"{lo}-{2 * lo - 1}")
     attention["match_mass_by_level"][split] = _by_eye_and_key(d["match_mass"], d["close_level"],
-                                                              eyes, reasons, str)
+                                                              eyes, str)
   report = dict(
       method=("depth: ridge regression (closed form, standardised residuals, ridge "
               f"{ridge:g} * N), rounded; operator: one-vs-rest ridge, argmax; fitted on the "

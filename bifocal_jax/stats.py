@@ -13,6 +13,7 @@ Every accuracy the project reports carries a 95% interval:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -161,3 +162,26 @@ def spearman(a: dict[str, float], b: dict[str, float]) -> float | None:
   if ra.std() == 0 or rb.std() == 0:
     return None
   return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def spearman_permutation_p(a: dict[str, float], b: dict[str, float], *, num: int = 20_000,
+                           seed: int = 0) -> float | None:
+  """Two-sided p-value of `spearman(a, b)` under independence: the share of
+  orderings of `b`'s values over the common names whose |rho| reaches the
+  observed one; every ordering up to 8 names (exact), else `num` random
+  ones (`(hits + 1) / (num + 1)`). None where `spearman` is."""
+  rho = spearman(a, b)
+  if rho is None:
+    return None
+  names = sorted(set(a) & set(b))
+  ra, rb = (average_ranks([m[k] for k in names]) for m in (a, b))
+  ra, rb = ra - ra.mean(), rb - rb.mean()
+  denominator = np.sqrt((ra**2).sum() * (rb**2).sum())
+  observed = abs(rho) - 1e-12  # ties in |rho| count as reaching it
+  if len(names) <= 8:
+    orders = np.array(list(itertools.permutations(range(len(names)))))
+    rhos = np.abs(rb[orders] @ ra) / denominator
+    return float(np.mean(rhos >= observed))
+  orders = np.argsort(np.random.default_rng(seed).random((num, len(names))), axis=1)
+  hits = int(np.sum(np.abs(rb[orders] @ ra) / denominator >= observed))
+  return (hits + 1) / (num + 1)

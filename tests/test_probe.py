@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bifocal_jax import attention as attention_lib
 from bifocal_jax import config as config_lib
 from bifocal_jax import evaluate
 from bifocal_jax import model as model_lib
@@ -145,7 +146,10 @@ def test_trace_reproduces_the_models_logits(position_config, kind):
 
 
 WEIGHT_KINDS = [("rope", {}), ("alibi", {}), ("bifocal", {}), ("bifocal", dict(split="pairs")),
-                ("spectral+alibi", {}), ("t5", {}), ("rope+t5", {}), ("kerple_log", {}), ("randomized_alibi", {})]
+                ("spectral+alibi", {}), ("t5", {}), ("rope+t5", {}), ("kerple_log", {}), ("randomized_alibi", {}),
+                # data-dependent kinds: weights read off their own attention
+                ("cope", {}), ("fox", {}), ("stickbreaking", {}), ("path", {}), ("fope", {}),
+                ("rope+cope", {})]
 
 
 @pytest.mark.parametrize("kind,overrides", WEIGHT_KINDS)
@@ -169,14 +173,14 @@ def test_weights_times_values_reproduce_the_attention_output(position_config, ki
                               distances_BxL=distances)
   assert w.shape == (2, 4, 20, 20)
   np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+  assert float(jnp.min(w)) >= -1e-6
   assert float(jnp.abs(jnp.triu(w, 1)).max()) == 0.0  # causal
-  assert float(jnp.abs(w[1, :, :, 15:]).max()) == 0.0  # padded keys
+  assert float(jnp.abs(w[1, :, :15, 15:]).max()) == 0.0  # valid queries see no padded key
   v = jnp.einsum("bld,dhk->blhk", h, attn.qkv_DxTxHxK[...][:, 2])
   out = jnp.einsum("bhqs,bshk->bqhk", w, v)
   ours = jnp.einsum("blhk,hkd->bld", out, attn.out_HxKxD[...])
   theirs = attn(h, positions, valid, shared=model.position, distances_BxL=distances)
   np.testing.assert_allclose(ours[:, :, :], theirs, atol=2e-5, rtol=1e-5)
-  assert all(r is None for r in probe.null_reasons(attn))
   # The trace picks each head's weight on the given key positions.
   match = np.full((2, 20), -1)
   match[0, 7], match[1, 12] = 3, 0
@@ -186,16 +190,41 @@ def test_weights_times_values_reproduce_the_attention_output(position_config, ki
   assert float(jnp.abs(masses[1, 0, :, 8]).max()) == 0.0
 
 
-def test_data_dependent_heads_are_null_with_a_reason(position_config):
-  model = build_model(position_config, "rope+cope")
-  tokens, valid = random_batch()
-  attn = model.blocks[0].attn
+@pytest.mark.parametrize("kind", ["cope", "fox", "stickbreaking", "path", "fope"])
+def test_data_dependent_weights_are_what_their_attention_does_to_any_values(position_config, kind):
+  # Weights read off one-hot values must reproduce the attention's output for
+  # values it never saw (so the weights do not depend on the values), and for
+  # a kind with a written-out softmax the same read-off gives those weights.
+  model = build_model(position_config, kind)
+  tokens, valid = random_batch(1)
+  x = probe.trace(model, tokens, valid)["residuals"][1]
+  attn = model.blocks[1].attn
+  h = model.blocks[1].ln_attn(x)
   positions, _ = model.draw(tokens, valid, None, False)
-  w = probe.attention_weights(attn, model.blocks[0].ln_attn(probe.trace(model, tokens, valid)[
-      "residuals"][0]), positions, valid)
-  reasons = probe.null_reasons(attn)
-  assert reasons[:2] == [None, None] and all("'cope'" in r for r in reasons[2:])
-  assert np.isfinite(w[:, :2]).all() and np.isnan(w[:, 2:]).all()
+  w = probe.attention_weights(attn, h, positions, valid)
+  qkv = jnp.einsum("bld,dthk->tblhk", h, attn.qkv_DxTxHxK[...])
+  for seed in (0, 1):
+    v = jax.random.normal(jax.random.key(seed), qkv.shape[1:])
+    theirs = attention_lib.attend_heads(h, qkv.at[2].set(v), positions, valid, rope=attn.rope,
+                                        position=attn.position, interface=attn.interface,
+                                        shared=None, causal=True, query_chunk=1024)
+    np.testing.assert_allclose(jnp.einsum("bhqs,bshk->bqhk", w, v)[valid.astype(bool)],
+                               theirs[valid.astype(bool)], atol=2e-5, rtol=1e-5)
+
+
+def test_basis_values_read_the_written_out_softmax(position_config):
+  model = build_model(position_config, "alibi")
+  tokens, valid = random_batch(1)
+  attn = model.blocks[0].attn
+  h = model.blocks[0].ln_attn(probe.trace(model, tokens, valid)["residuals"][0])
+  positions, _ = model.draw(tokens, valid, None, False)
+  qkv = jnp.einsum("bld,dthk->tblhk", h, attn.qkv_DxTxHxK[...])
+  read = probe.weights_from_basis_values(h, qkv, positions, valid, rope=None,
+                                         position=attn.position, interface=attn.interface,
+                                         shared=None, causal=True, query_chunk=1024)
+  written = probe.attention_weights(attn, h, positions, valid)
+  rows = valid.astype(bool)[:, None, :, None]  # valid queries
+  np.testing.assert_allclose(jnp.where(rows, read, 0), jnp.where(rows, written, 0), atol=1e-6)
 
 
 def test_head_eyes(position_config):
@@ -317,6 +346,7 @@ def test_evaluate_with_probe(trained_run, tmp_path):
       layer["accuracy"] for layer in p["depth"]["test_depth"]]
   assert probe_report.head_eyes({"probe": summary}) == p["attention"]["eyes"]
   assert summary["match_mass_far"] == p["attention"]["match_mass_far"]
+  assert summary["top_mass"] == p["attention"]["top_mass"]
   table = probe_report.probe_table({("scratch", "bifocal"): {0: {"probe": summary}}})
   assert "| bifocal (scratch) | 1 |" in table and "spectral 0." in table
 

@@ -175,3 +175,40 @@ def test_the_means_table_has_the_operator_probe_where_the_task_has_one():
   assert row[2].startswith("0.650 [") and row[5:8] == [
       "0.900 [0.900, 0.900]", "0.800 [0.800, 0.800]", "0.700 [0.700, 0.700]"]
   assert row[8:] == ["geometric 0.100", "0.050"]
+
+
+def _across(kind, seed, top_by_eye, match_by_eye, close_accuracy):
+  return dict(task="dyck", kind=kind, arm="scratch", group=kind, seed=seed,
+              splits={"test_depth": dict(accuracy=0.0, close_accuracy=close_accuracy)},
+              probe=dict(by_eye={"test_depth": dict(top_mass=top_by_eye,
+                                                    match_mass=match_by_eye)}))
+
+
+def test_across_kinds_sets_where_the_heads_look_beside_accuracy():
+  # Five kinds whose top-of-stack mass rises with accuracy and whose
+  # matching-bracket mass does not; bifocal's two eyes average; a kind without
+  # weights (None) is listed but left out of the correlation; an unprobed
+  # seed is left out of the accuracy too.
+  groups = {}
+  for i, kind in enumerate(["nope", "alibi", "t5", "fire", "kerple_log"]):
+    groups["scratch", kind] = {s: _across(kind, s, {kind: 0.1 * (i + 1)}, {kind: 0.05 * (i % 2)},
+                                          0.5 + 0.1 * i + 0.01 * s) for s in range(2)}
+  groups["scratch", "bifocal_heads"] = {0: _across("bifocal_heads", 0, {"geometric": 0.1,
+                                                                       "spectral": 0.2},
+                                                   {"geometric": 0.0, "spectral": 0.0}, 0.55)}
+  groups["scratch", "cope"] = {0: _across("cope", 0, {"cope": None}, {"cope": None}, 0.99)}
+  unprobed = _across("nope", 5, {}, {}, 0.0)
+  del unprobed["probe"]
+  groups["scratch", "nope"][5] = unprobed
+  table = probe_report.across_kinds_table(groups)
+  rows = {r[0]: r for r in (
+      [c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines()
+      if line.startswith("| ") and not line.startswith("| position") and "---" not in line)}
+  assert list(rows)[0] == "cope" and rows["cope"][2:] == ["-", "-", "0.990"]
+  assert rows["bifocal_heads"][2] == "0.150 (1)"  # the mean over its eyes
+  assert rows["nope"][1] == "2" and rows["nope"][4] == "0.505"  # probed seeds only
+  assert rows["kerple_log"][2:] == ["0.500 (2)", "0.000 (2)", "0.905"]
+  # Over 6 kinds with weights, top mass ranks exactly as accuracy: rho +1.00.
+  assert "top-of-stack mass with accuracy: rho +1.00 over 6 kinds" in table
+  assert "matching-bracket mass with accuracy: rho" in table
+  assert probe_report.across_kinds_table({("scratch", "rope"): groups["scratch", "nope"]}) == ""

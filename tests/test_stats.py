@@ -76,3 +76,25 @@ def test_spearman_over_common_names_with_average_ranks_for_ties():
   a, b = {"a": 0.3, "b": 0.9, "c": 0.9, "d": 0.1}, {"a": 0.5, "b": 0.2, "c": 0.8, "d": 0.4}
   assert stats.spearman(a, b) == pytest.approx(
       scipy_stats.spearmanr([a[k] for k in "abcd"], [b[k] for k in "abcd"]).statistic)
+
+
+def test_spearman_permutation_p_exact_and_sampled():
+  four = {k: i for i, k in enumerate("abcd")}
+  # A perfect order of 4: 2 of the 24 orderings reach |rho| = 1.
+  assert stats.spearman_permutation_p(four, four) == pytest.approx(2 / 24)
+  assert stats.spearman_permutation_p(four, {"a": 1}) is None
+  rng = np.random.default_rng(0)
+  names = [f"k{i}" for i in range(12)]
+  x = dict(zip(names, rng.random(12)))
+  same = stats.spearman_permutation_p(x, x)
+  assert same == pytest.approx(1 / 20_001)  # no random ordering reaches it
+  noise = dict(zip(names, rng.random(12)))
+  scipy_stats = pytest.importorskip("scipy.stats")
+  ours = stats.spearman_permutation_p(x, noise)
+  theirs = scipy_stats.spearmanr([x[k] for k in names], [noise[k] for k in names],
+                                 alternative="two-sided")
+  exact = scipy_stats.permutation_test(
+      ([x[k] for k in names],), lambda y: scipy_stats.spearmanr([noise[k] for k in names],
+                                                               y).statistic,
+      permutation_type="pairings", n_resamples=20_000, random_state=0).pvalue
+  assert abs(ours - exact) < 0.02 and abs(ours - theirs.pvalue) < 0.1
