@@ -249,7 +249,7 @@ def replication(groups: dict, splits: list[str], seeds: tuple[int, ...],
 def task_section(task: str, groups: dict, plots_dir: str, link_base: str, *,
                  learned: float | None = None,
                  extensions: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = (),
-                 targets: dict[str, float] | None = None) -> str:
+                 targets: dict[str, float] | None = None, costs=((), {})) -> str:
   splits = list(dict.fromkeys(split for runs in groups.values() for s in runs.values()
                               for split in s["splits"]))
   any_run = next(iter(next(iter(groups.values())).values()))
@@ -286,8 +286,7 @@ def task_section(task: str, groups: dict, plots_dir: str, link_base: str, *,
                 paired_table(groups, splits, "close_accuracy", pairs[section],
                              with_loss=False)]
   if targets is not None:
-    board = leaderboard_report.leaderboard(groups, splits, targets,
-                                           leaderboard_report.step_costs())
+    board = leaderboard_report.leaderboard(groups, splits, targets, costs)
     if board:
       parts += ["", board]
   for seeds, kinds in extensions:
@@ -416,8 +415,10 @@ def budgets_section(preset, budgets: dict) -> str:
 
 
 def report(preset, results_dir: str, *, link_base: str | None = None,
-           plots_dir: str | None = None) -> str:
-  """The markdown report of every summary in `results_dir`."""
+           plots_dir: str | None = None,
+           step_costs_file: str | None = leaderboard_report.STEP_COSTS_FILE) -> str:
+  """The markdown report of every summary in `results_dir` (the leaderboards'
+  step times from `step_costs_file`; None: no such column)."""
   plots_dir = plots_dir or os.path.join(results_dir, "plots")
   link_base = link_base or results_dir
   summaries = load_summaries(results_dir)
@@ -438,13 +439,16 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
     parts.append(f"Run between {dates[0]} and {dates[-1]}; {seconds / 3600:.1f} hours of "
                  "training and evaluation in all.")
   table = cells(summaries)
+  costs = ((), {}) if step_costs_file is None or not preset.leaderboards else (
+      leaderboard_report.step_costs(step_costs_file))
   for task in [t.name for t in preset.tasks if t.name in table]:
     extensions = tuple((seeds, kinds) for name, seeds, kinds in preset.seed_extensions
                        if name == task)
     parts.append(task_section(task, table[task], plots_dir, link_base, learned=preset.learned,
                               extensions=extensions,
                               targets=({split: value for name, split, value in preset.targets
-                                        if name == task} if preset.leaderboards else None)))
+                                        if name == task} if preset.leaderboards else None),
+                              costs=costs))
   sizes = model_size_report.model_size_section(preset, table)
   if sizes:
     parts += ["### Model size", sizes]

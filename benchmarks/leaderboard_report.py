@@ -110,7 +110,8 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
   cost = (" The step time is the training step's, over RoPE's, measured on the CPU "
           f"(`benchmarks/results/{os.path.basename(STEP_COSTS_FILE)}`, its configs "
           f"{', '.join(f'`{c}`' for c in costs[0])}; command in README, Performance): what a "
-          "kind costs beside what it buys. On this shared CPU ratios within about 0.3 of "
+          "kind costs beside what it buys (both bifocal splits: the benchmark's `bifocal`, "
+          "heads split). On this shared CPU ratios within about 0.3 of "
           "each other are not told apart (one kind read 1.27x and 0.86x in two runs: README)."
           if costs[1] else "")
   return "\n".join([f"Leaderboards ({name}, scratch runs, best first; the difference from "

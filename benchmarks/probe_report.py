@@ -234,31 +234,40 @@ def _kind_mass(summary: dict, name: str, split: str = "test_depth") -> float | N
 
 
 def across_kinds_table(groups: dict, split: str = "test_depth") -> str:
-  """Per scratch kind, over its probed seeds: attention on the top-of-stack
-  bracket (`top_mass`: the open bracket the next closing bracket must match)
-  and on the matching bracket (`match_mass`), each the mean over the kind's
-  eyes, beside the kind's accuracy on `split` over the same seeds (closing
-  brackets where the summaries have them); then Spearman's rank correlation
-  across kinds of each mass with that accuracy, with its permutation p-value
+  """Per scratch kind, over its probed seeds whose heads all have weights:
+  attention on the top-of-stack bracket (`top_mass`: the open bracket the
+  next closing bracket must match) and on the matching bracket
+  (`match_mass`), each the mean over the kind's eyes, beside the kind's
+  accuracy on `split` over the same seeds (closing brackets where the
+  summaries have them); then Spearman's rank correlation across kinds of each
+  mass with that accuracy, with its two-sided permutation p-value
   (`stats.spearman_permutation_p`). A correlation across kinds is not a
   cause: the kinds differ in more than where their heads look."""
-  rows, masses, accuracy = [], {"top_mass": {}, "match_mass": {}}, {}
-  for (arm, group), runs in groups.items():
-    probed = [s for s in runs.values() if arm == "scratch" and s.get("probe")]
-    if not probed:
-      continue
-    metric = "close_accuracy" if "close_accuracy" in probed[0]["splits"][split] else "accuracy"
-    accuracy[group] = float(np.mean([s["splits"][split][metric] for s in probed]))
-    cells = []
-    for name in ("top_mass", "match_mass"):
-      values = [v for s in probed if (v := _kind_mass(s, name, split)) is not None]
-      if values:
-        masses[name][group] = float(np.mean(values))
-      cells.append(f"{np.mean(values):.3f} ({len(values)})" if values else "-")
-    rows.append([group, str(len(probed)), *cells, f"{accuracy[group]:.3f}"])
-  if len(rows) < 3:
+  scratch = {group: [s for s in runs.values() if s.get("probe")]
+             for (arm, group), runs in groups.items() if arm == "scratch"}
+  scratch = {group: probed for group, probed in scratch.items() if probed}
+  if not scratch:
     return ""
-  rows.sort(key=lambda row: -accuracy[row[0]])
+  metric = ("close_accuracy" if any("close_accuracy" in s["splits"].get(split, {})
+                                    for probed in scratch.values() for s in probed) else "accuracy")
+  rows, masses, accuracy = [], {"top_mass": {}, "match_mass": {}}, {}
+  for group, probed in scratch.items():
+    # Seeds probed before a kind's weights were read have none: left out of every column.
+    weighted = [(s, top, match) for s in probed
+                if (top := _kind_mass(s, "top_mass", split)) is not None
+                and (match := _kind_mass(s, "match_mass", split)) is not None
+                and s["splits"].get(split, {}).get(metric) is not None]
+    if not weighted:
+      rows.append([group, f"0 of {len(probed)}", "-", "-", "-"])
+      continue
+    accuracy[group] = float(np.mean([s["splits"][split][metric] for s, _, _ in weighted]))
+    masses["top_mass"][group] = float(np.mean([top for _, top, _ in weighted]))
+    masses["match_mass"][group] = float(np.mean([match for _, _, match in weighted]))
+    rows.append([group, f"{len(weighted)} of {len(probed)}", f"{masses['top_mass'][group]:.3f}",
+                 f"{masses['match_mass'][group]:.3f}", f"{accuracy[group]:.3f}"])
+  if len(accuracy) < 3:
+    return ""
+  rows.sort(key=lambda row: -accuracy.get(row[0], -1.0))
   correlations = []
   for name, label in (("top_mass", "top-of-stack"), ("match_mass", "matching-bracket")):
     rho = stats.spearman(masses[name], accuracy)
@@ -266,8 +275,9 @@ def across_kinds_table(groups: dict, split: str = "test_depth") -> str:
       p = stats.spearman_permutation_p(masses[name], accuracy)
       correlations.append(f"{label} mass with accuracy: rho {rho:+.2f} over "
                           f"{len(masses[name])} kinds (permutation p = {p:.3g})")
-  header = ["position", "probed seeds", f"top-of-stack mass on {split} (seeds)",
-            f"matching-bracket mass on {split} (seeds)", f"{split} accuracy, same seeds"]
+  name = "closing-bracket accuracy" if metric == "close_accuracy" else "accuracy"
+  header = ["position", "seeds with weights, of those probed", f"top-of-stack mass on {split}",
+            f"matching-bracket mass on {split}", f"{split} {name}, same seeds"]
   table = markdown_table([header, ["---"] * len(header), *rows])
   return table + ("\n\nSpearman's rank correlation across kinds: " + "; ".join(correlations)
                   + "." if correlations else "")

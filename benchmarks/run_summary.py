@@ -153,7 +153,9 @@ def position_draws_per_layer(position: dict) -> bool | None:
 def probe_summary(report: dict) -> dict:
   """The headline numbers of `eval.py --probe` (`bifocal_jax.probe`): per
   split, the depth (and ListOps operator) probe's accuracy per layer and at
-  the unseen depths, and the attention on the matching and top brackets per eye."""
+  the unseen depths, and the attention on the matching and top-of-stack
+  brackets per eye and per head (`match_mass`, `match_mass_far`, `top_mass`:
+  the same-heads pairing), with each head's eye."""
   out = dict(layers=report["layers"], fitted_max_depth=report["fitted_max_depth"])
   for name in ("depth", "operator"):
     if report.get(name):

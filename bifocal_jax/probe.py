@@ -43,7 +43,7 @@ their own attention, which is linear in the values, by attending to one-hot
 values (`weights_from_basis_values`; stick-breaking's remainder lands on the
 query's own key, as its source puts it on the query's value). Tests check
 that the loop's logits and `weights @ values` reproduce the model's, for
-every interface. Randomized kinds are traced at the positions the
+every interface (`none`, `absolute`, `rotary`, `bias`, `attention`, mixed). Randomized kinds are traced at the positions the
 evaluation draws (the evaluator's key).
 
 One process, `num_examples` (default 256) examples of each split.
@@ -219,11 +219,15 @@ def weights_from_basis_values(x_BxLxD, qkv_TxBxLxHxK, positions_BxL, valid_BxL, 
   head's, so `ceil(L / K)` calls, mapped, read `K` keys each."""
   _, batch, length, heads, width = qkv_TxBxLxHxK.shape
   starts = jnp.arange(0, length, width)
+  # Each attention casts its output to the values' dtype: in float32 (exact
+  # for bfloat16 inputs) the weights keep float32 precision, as the softmax
+  # written out does.
+  x_BxLxD, qkv_TxBxLxHxK = x_BxLxD.astype(jnp.float32), qkv_TxBxLxHxK.astype(jnp.float32)
 
   def keys_from(start):  # one-hot values for keys start .. start + width - 1
     basis_LxK = (jnp.arange(length)[:, None] == start + jnp.arange(width)[None, :])
     v_BxLxHxK = jnp.broadcast_to(basis_LxK[None, :, None, :], (batch, length, heads, width))
-    qkv = qkv_TxBxLxHxK.at[2].set(v_BxLxHxK.astype(qkv_TxBxLxHxK.dtype))
+    qkv = qkv_TxBxLxHxK.at[2].set(v_BxLxHxK.astype(jnp.float32))
     out_BxLxHxK = attention_lib.attend_heads(x_BxLxD, qkv, positions_BxL, valid_BxL,
                                              **attend_kwargs)
     return out_BxLxHxK.astype(jnp.float32)
@@ -250,7 +254,6 @@ def attention_weights(attn, x_BxLxD, positions_BxL, valid_BxL=None, *, shared=No
   mask_bias = jnp.where(mask, 0.0, attention_lib.MASKED).astype(jnp.float32)
   weights = []
   for start, stop, rope, position, interface, kind in _head_groups(attn):
-    qk = qkv_TxBxLxHxK[:2, :, :, start:stop]
     if interface == positions_lib.ATTENTION:
       weights.append(
           weights_from_basis_values(x_BxLxD, qkv_TxBxLxHxK[:, :, :, start:stop], positions_BxL,
@@ -258,6 +261,7 @@ def attention_weights(attn, x_BxLxD, positions_BxL, valid_BxL=None, *, shared=No
                                     shared=None, causal=attn.causal, query_chunk=attn.query_chunk,
                                     distances_BxL=distances_BxL))
       continue
+    qk = qkv_TxBxLxHxK[:2, :, :, start:stop]
     if rope is not None:
       qk = attention_lib.rotate_queries_keys(qk, positions_BxL, rope.frequencies(), rope.layout)
     q, k = (jnp.swapaxes(x, 1, 2) for x in (qk[0], qk[1]))  # heads-major, unscaled

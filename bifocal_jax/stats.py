@@ -7,8 +7,9 @@ Every accuracy the project reports carries a 95% interval:
     chunks of replicates instead of materialising resampled datasets);
   * across runs, `seed_interval` (Student's t over seeds) and
     `paired_difference` (the same seeds and data, two position kinds);
-  * and for rankings of kinds, `descending_ranks` and Spearman's rank
-    correlation (`spearman`).
+  * and for rankings of kinds, `descending_ranks`, `average_ranks` and
+    Spearman's rank correlation (`spearman`) with its two-sided permutation
+    p-value (`spearman_permutation_p`).
 """
 
 from __future__ import annotations

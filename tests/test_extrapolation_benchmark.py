@@ -410,13 +410,14 @@ def test_a_probed_task_probes_at_its_end_and_its_summary_waits_for_the_probe(tmp
       depth={"valid": [layer, layer], "test_depth": [layer, dict(layer, accuracy=0.4)]},
       attention=dict(by_eye={"test_depth": {"match_mass": {"geometric": 0.2}}},
                      uniform_mass={"test_depth": 0.05}, match_mass={"test_depth": [[0.2]]},
-                     eyes=[["geometric"]]))
+                     top_mass={"test_depth": [[0.3]]}, eyes=[["geometric"]]))
   with open(results_path, "w") as f:
     json.dump(results, f)
   s = run_summary.summary_of(run, out, 10, 1.0)
   assert s["probe"]["depth"]["test_depth"]["accuracy"] == [0.9, 0.4]
   assert s["probe"]["by_eye"]["test_depth"]["match_mass"] == {"geometric": 0.2}
   assert s["probe"]["eyes"] == [["geometric"]]  # which heads the masses are, for the pairing
+  assert s["probe"]["top_mass"] == {"test_depth": [[0.3]]}
   table = probe_report.probe_table({("scratch", "rope"): {0: s}})
   assert "| rope (scratch) | 1 | 0.900 (n=1) | 0.400 (n=1) | 0.100 (n=1) | geometric 0.200 | 0.050 |" in (
       table)

@@ -145,7 +145,7 @@ def test_trace_reproduces_the_models_logits(position_config, kind):
   assert float(jnp.abs(out["residuals"][2] - out["residuals"][1]).max()) > 1e-3
 
 
-WEIGHT_KINDS = [("rope", {}), ("alibi", {}), ("bifocal", {}), ("bifocal", dict(split="pairs")),
+WEIGHT_KINDS = [("nope", {}), ("sin_cos", {}), ("rope", {}), ("alibi", {}), ("bifocal", {}), ("bifocal", dict(split="pairs")),
                 ("spectral+alibi", {}), ("t5", {}), ("rope+t5", {}), ("kerple_log", {}), ("randomized_alibi", {}),
                 # data-dependent kinds: weights read off their own attention
                 ("cope", {}), ("fox", {}), ("stickbreaking", {}), ("path", {}), ("fope", {}),
@@ -196,7 +196,7 @@ def test_data_dependent_weights_are_what_their_attention_does_to_any_values(posi
   # values it never saw (so the weights do not depend on the values), and for
   # a kind with a written-out softmax the same read-off gives those weights.
   model = build_model(position_config, kind)
-  tokens, valid = random_batch(1)
+  tokens, valid = random_batch(1, length=21)  # 21 keys: the last one-hot block overhangs
   x = probe.trace(model, tokens, valid)["residuals"][1]
   attn = model.blocks[1].attn
   h = model.blocks[1].ln_attn(x)

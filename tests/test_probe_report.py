@@ -187,8 +187,8 @@ def _across(kind, seed, top_by_eye, match_by_eye, close_accuracy):
 def test_across_kinds_sets_where_the_heads_look_beside_accuracy():
   # Five kinds whose top-of-stack mass rises with accuracy and whose
   # matching-bracket mass does not; bifocal's two eyes average; a kind without
-  # weights (None) is listed but left out of the correlation; an unprobed
-  # seed is left out of the accuracy too.
+  # weights (None) is listed but left out of the correlation; a seed without
+  # weights or without a probe is left out of every column of its kind.
   groups = {}
   for i, kind in enumerate(["nope", "alibi", "t5", "fire", "kerple_log"]):
     groups["scratch", kind] = {s: _across(kind, s, {kind: 0.1 * (i + 1)}, {kind: 0.05 * (i % 2)},
@@ -197,6 +197,8 @@ def test_across_kinds_sets_where_the_heads_look_beside_accuracy():
                                                                        "spectral": 0.2},
                                                    {"geometric": 0.0, "spectral": 0.0}, 0.55)}
   groups["scratch", "cope"] = {0: _across("cope", 0, {"cope": None}, {"cope": None}, 0.99)}
+  groups["scratch", "fox"] = {0: _across("fox", 0, {"fox": None}, {"fox": None}, 0.10),
+                              1: _across("fox", 1, {"fox": 0.9}, {"fox": 0.0}, 0.95)}
   unprobed = _across("nope", 5, {}, {}, 0.0)
   del unprobed["probe"]
   groups["scratch", "nope"][5] = unprobed
@@ -204,11 +206,16 @@ def test_across_kinds_sets_where_the_heads_look_beside_accuracy():
   rows = {r[0]: r for r in (
       [c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines()
       if line.startswith("| ") and not line.startswith("| position") and "---" not in line)}
-  assert list(rows)[0] == "cope" and rows["cope"][2:] == ["-", "-", "0.990"]
-  assert rows["bifocal_heads"][2] == "0.150 (1)"  # the mean over its eyes
-  assert rows["nope"][1] == "2" and rows["nope"][4] == "0.505"  # probed seeds only
-  assert rows["kerple_log"][2:] == ["0.500 (2)", "0.000 (2)", "0.905"]
-  # Over 6 kinds with weights, top mass ranks exactly as accuracy: rho +1.00.
-  assert "top-of-stack mass with accuracy: rho +1.00 over 6 kinds" in table
+  assert list(rows)[0] == "fox" and list(rows)[-1] == "cope"
+  assert rows["cope"][1:] == ["0 of 1", "-", "-", "-"]
+  assert rows["fox"][1:] == ["1 of 2", "0.900", "0.000", "0.950"]  # the weighted seed alone
+  assert rows["bifocal_heads"][2] == "0.150"  # the mean over its eyes
+  assert rows["nope"][1] == "2 of 2" and rows["nope"][4] == "0.505"  # probed seeds only
+  assert rows["kerple_log"][2:] == ["0.500", "0.000", "0.905"]
+  assert "test_depth closing-bracket accuracy, same seeds" in table
+  # Over 7 kinds with weights, top mass ranks exactly as accuracy: rho +1.00,
+  # and 2 of the 5,040 orderings reach |rho| = 1.
+  assert (f"top-of-stack mass with accuracy: rho +1.00 over 7 kinds (permutation p = "
+          f"{2 / 5040:.3g})") in table
   assert "matching-bracket mass with accuracy: rho" in table
   assert probe_report.across_kinds_table({("scratch", "rope"): groups["scratch", "nope"]}) == ""

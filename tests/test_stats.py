@@ -1,5 +1,7 @@
 """Intervals: the bootstrap over examples and the intervals over seeds."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -83,6 +85,14 @@ def test_spearman_permutation_p_exact_and_sampled():
   # A perfect order of 4: 2 of the 24 orderings reach |rho| = 1.
   assert stats.spearman_permutation_p(four, four) == pytest.approx(2 / 24)
   assert stats.spearman_permutation_p(four, {"a": 1}) is None
+  # With ties, exactly the share of orderings whose |rho| reaches the observed one.
+  a = {"a": 1, "b": 2, "c": 2, "d": 3, "e": 5, "f": 4}
+  b = {"a": 2, "b": 1, "c": 3, "d": 3, "e": 6, "f": 5}
+  names = sorted(a)
+  observed = abs(stats.spearman(a, b))
+  reach = [abs(stats.spearman(a, dict(zip(names, order)))) >= observed - 1e-12
+           for order in itertools.permutations([b[k] for k in names])]
+  assert stats.spearman_permutation_p(a, b) == pytest.approx(np.mean(reach))
   rng = np.random.default_rng(0)
   names = [f"k{i}" for i in range(12)]
   x = dict(zip(names, rng.random(12)))
@@ -97,4 +107,5 @@ def test_spearman_permutation_p_exact_and_sampled():
       ([x[k] for k in names],), lambda y: scipy_stats.spearmanr([noise[k] for k in names],
                                                                y).statistic,
       permutation_type="pairings", n_resamples=20_000, random_state=0).pvalue
+  # scipy's two-sided p doubles the smaller tail, ours counts |rho|: without ties the same.
   assert abs(ours - exact) < 0.02 and abs(ours - theirs.pvalue) < 0.1
