@@ -300,7 +300,7 @@ def section(groups: dict) -> str:
   across = across_kinds_table(groups)
   if across:
     parts += ["", "Where the heads look, across kinds (scratch runs; each kind's mean over its "
-              "probed seeds and its eyes; kinds best on `test_depth` first; heads of a "
+              "seeds whose heads have weights and over its eyes; kinds best on `test_depth` first; heads of a "
               "data-dependent kind have weights only in runs probed since 2026-12-05 04:00 UTC):",
               "", across]
   return "\n".join(parts)
