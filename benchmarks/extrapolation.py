@@ -332,15 +332,19 @@ class Sweep:
   (and calibration runs) of shard i of N (`shard_of`), so that N machines
   sharing `results_dir` (or committing into one repository) split the sweep.
   `pin_cores`: with several jobs, each job's commands run on its own share of
-  the CPUs (`host.core_slots`)."""
+  the CPUs (`host.core_slots`). `resolve`: the preset as the results extend
+  it now (`Preset.resolved`), asked before each run is picked, so that a run
+  a preset chooses from its results (`roster_choices`) starts in the sweep
+  that landed the results it was chosen from."""
 
   def __init__(self, preset: Preset, out: str, results_dir: str, *,
                log: Callable[[str], None] = print,
                on_written: Callable[[Sequence[str], str], object] | None = None,
-               shard: tuple[int, int] | None = None, pin_cores: bool = False):
+               shard: tuple[int, int] | None = None, pin_cores: bool = False,
+               resolve: Callable[[], Preset] | None = None):
     self.preset, self.out, self.results_dir, self.log = preset, out, results_dir, log
     self.on_written = on_written or (lambda paths, message: None)
-    self.shard, self.pin_cores = shard, pin_cores
+    self.shard, self.pin_cores, self.resolve = shard, pin_cores, resolve
 
   def _slots(self, jobs: int) -> _CoreSlots:
     return _CoreSlots(host.core_slots(jobs) if self.pin_cores else [None] * jobs)
@@ -468,6 +472,8 @@ class Sweep:
       with lock:
         if halted.is_set() or (limit is not None and len(tried) >= limit):
           return None
+        if self.resolve is not None:  # runs the results have chosen since the last pick
+          self.preset = self.resolve()
         todo = [r for r in self.pending() if r.unit not in tried]
         if not todo:
           return None
@@ -609,8 +615,11 @@ def main(argv):
     raise app.UsageError(f"--preset is required (one of {list(PRESETS)})")
   import extrapolation_report  # pylint: disable=g-import-not-at-top
   results_dir = os.path.abspath(_RESULTS.value or os.path.join(RESULTS_DIR, _PRESET.value))
-  whole = PRESETS[_PRESET.value].resolved(results_dir)  # with what its results chose so far
-  preset = whole.only(_TASKS.value) if _TASKS.value is not None else whole
+  def resolve() -> Preset:  # with what its results chose so far
+    whole = PRESETS[_PRESET.value].resolved(results_dir)
+    return whole.only(_TASKS.value) if _TASKS.value is not None else whole
+
+  preset = resolve()
   log = lambda m: print(m, flush=True)  # pylint: disable=unnecessary-lambda-assignment
   on_written = None
   if _COMMIT.value:
@@ -620,7 +629,7 @@ def main(argv):
   shard = parse_shard(_SHARD.value) if _SHARD.value else None
   stop_by = parse_stop_by(_STOP_BY.value) if _STOP_BY.value else None
   sweep = Sweep(preset, os.path.abspath(_OUT.value), results_dir, log=log, on_written=on_written,
-                shard=shard, pin_cores=_PIN_CORES.value)
+                shard=shard, pin_cores=_PIN_CORES.value, resolve=resolve)
   if _DRY_RUN.value:
     budgets = load_budgets(results_dir)
     uncalibrated = [t.name for t in preset.tasks if t.name not in budgets]
@@ -640,7 +649,7 @@ def main(argv):
     counts = {s: list(statuses.values()).count(s) for s in sorted(set(map(str, statuses.values())))}
     print(f"sweep: {counts}", flush=True)
   link_base = os.path.dirname(os.path.abspath(_RESULTS_MD.value)) if _RESULTS_MD.value else None
-  markdown = extrapolation_report.report(whole, results_dir,
+  markdown = extrapolation_report.report(PRESETS[_PRESET.value].resolved(results_dir), results_dir,
                                         link_base=link_base)
   if _RESULTS_MD.value:
     extrapolation_report.replace_block(_RESULTS_MD.value, markdown, _PRESET.value)

@@ -973,6 +973,28 @@ def test_sweep_takes_up_runs_that_became_pending_in_order_and_tries_each_once(
   assert statuses == {first.name: "done", second.name: "failed", third.name: "done"}
 
 
+def test_a_run_the_results_choose_starts_in_the_sweep_that_landed_them(tmp_path, monkeypatch):
+  # The preset adds `alibi` once `rope` seed 0 has its summary (as
+  # roster_choices adds the five best once Dyck's roster is complete).
+  results = str(tmp_path / "results")
+
+  def extend(preset, results_dir):
+    if not os.path.exists(os.path.join(results_dir, "odds_first/scratch/rope/seed0.json")):
+      return preset
+    return dataclasses.replace(preset, tasks=(dataclasses.replace(TASK, later_kinds=("alibi",)),))
+
+  preset = ex.Preset(tasks=(TASK,), kinds=("rope",), seeds=(0,), extend=extend)
+  monkeypatch.setattr(ex, "execute", lambda *a, **k: "done")
+  monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
+  for resolve, expected in ((None, ["rope"]), (lambda: preset.resolved(results), ["rope", "alibi"])):
+    shutil.rmtree(results, ignore_errors=True)
+    sweep = ex.Sweep(preset.resolved(results), str(tmp_path / "out"), results,
+                     log=lambda m: None, resolve=resolve)
+    monkeypatch.setattr(sweep, "budget", lambda task: 10)
+    statuses = sweep.run()
+    assert [name.split("/")[2] for name in statuses] == expected  # without resolve: next sweep
+
+
 def test_sweep_stopped_by_a_signal_starts_no_further_round(tmp_path, monkeypatch):
   sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None)
   first, second = (ex.Run(TASK, "rope", seed) for seed in range(2))
