@@ -68,6 +68,7 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
                                     for runs in scratch.values() for s in runs.values())
             else "accuracy")
   rope = scratch.get("rope", {})
+  configs, kind_costs = costs
   parts = []
   for split in (s for s in splits if s != "valid"):
     values = {kind: seed_values(runs, split, metric) for kind, runs in scratch.items()}
@@ -75,7 +76,6 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
     if not values:
       continue
     target = targets.get(split)
-    configs, kind_costs = costs
     header = ["rank", "position", "seeds", "mean [95% interval]", "minus rope (paired)",
               *([f"seeds >= {target:g}"] if target is not None else []),
               *([f"step time / rope ({' / '.join(configs)})"] if kind_costs else [])]
@@ -109,11 +109,11 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
   name = "closing-bracket accuracy" if metric == "close_accuracy" else "token accuracy"
   cost = (" The step time is the training step's, over RoPE's, measured on the CPU "
           f"(`benchmarks/results/{os.path.basename(STEP_COSTS_FILE)}`, its configs "
-          f"{', '.join(f'`{c}`' for c in costs[0])}; command in README, Performance): what a "
+          f"{', '.join(f'`{c}`' for c in configs)}; command in README, Performance): what a "
           "kind costs beside what it buys (both bifocal splits: the benchmark's `bifocal`, "
           "heads split). On this shared CPU ratios within about 0.3 of "
           "each other are not told apart (one kind read 1.27x and 0.86x in two runs: README)."
-          if costs[1] else "")
+          if kind_costs else "")
   return "\n".join([f"Leaderboards ({name}, scratch runs, best first; the difference from "
                     "`rope` over the seeds both have, **bold** where its 95% interval excludes "
                     f"zero).{cost}", "", *parts]).rstrip()

@@ -43,8 +43,9 @@ their own attention, which is linear in the values, by attending to one-hot
 values (`weights_from_basis_values`; stick-breaking's remainder lands on the
 query's own key, as its source puts it on the query's value). Tests check
 that the loop's logits and `weights @ values` reproduce the model's, for
-every interface (`none`, `absolute`, `rotary`, `bias`, `attention`, mixed). Randomized kinds are traced at the positions the
-evaluation draws (the evaluator's key).
+every interface (`none`, `absolute`, `rotary`, `bias`, `attention`, mixed).
+Randomized kinds are traced at the positions the evaluation draws (the
+evaluator's key).
 
 One process, `num_examples` (default 256) examples of each split.
 
