@@ -373,8 +373,8 @@ class Sweep:
     runs = [r for r in self.preset.runs()
             if not self.done(r) and budgets[r.task.name] and self.mine(r)]
     if self.preset.in_order:  # the tasks' kinds, the protocol's arms, then later kinds
-      return sorted(runs, key=lambda r: (r.kind in r.task.later_kinds and r.arm == "scratch",
-                                         r.source() is not None))
+      return sorted(runs, key=lambda r: (r.kind in r.task.later_kinds + r.task.chosen_kinds
+                                         and r.arm == "scratch", r.source() is not None))
     group = lambda r: (r.task.name, r.arm if r.arm == "sensitivity" else "")
     steps_left = collections.Counter()
     for r in runs:

@@ -4,6 +4,8 @@
 `run_summary.summary_of` wrote) and `budgets.json`, and returns markdown:
 
   * the calibrated budgets (and the tasks not learned at them);
+  * the runs landed of each part of the preset, and the CPU hours left
+    (`progress_report.py`);
   * per task, accuracy per position kind and split: the mean over seeds with a
     95% t-interval (`bifocal_jax.stats.seed_interval`);
   * with `preset.leaderboards`, per held-out split the kinds ranked, each
@@ -45,6 +47,7 @@ from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-impor
 import leaderboard_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import model_size_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
+import progress_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import probe_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 from report_tables import fmt_interval, markdown_table, metric_value, scratch_first, seed_values  # pylint: disable=g-import-not-at-top,wrong-import-position
 import training_time_report  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -438,6 +441,7 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
     seconds = sum(s["seconds"] for s in summaries)
     parts.append(f"Run between {dates[0]} and {dates[-1]}; {seconds / 3600:.1f} hours of "
                  "training and evaluation in all.")
+  parts.append(progress_report.progress_section(preset, cells(summaries), budgets))
   table = cells(summaries)
   costs = ((), {}) if step_costs_file is None or not preset.leaderboards else (
       leaderboard_report.step_costs(step_costs_file))

@@ -124,6 +124,9 @@ class TaskSpec:
   # Kinds run after those (and the task's protocol arms), seed-major: a sweep
   # stopped early has whole seeds of the verdict's kinds first.
   later_kinds: tuple[str, ...] = ()
+  # Kinds the preset's `extend` chose from its results so far (never set by
+  # hand), run with the later kinds, after them.
+  chosen_kinds: tuple[str, ...] = ()
   # The final evaluation also runs the mechanism probes (`eval.py --probe`;
   # bracket tasks only), their headline numbers into the summary's `probe`.
   probe: bool = False
@@ -407,7 +410,8 @@ class Preset:
   def runs(self) -> list[Run]:
     """Task by task in priority order, seed-major within each: a sweep stopped
     early has whole seeds of the first tasks (paired comparisons need them);
-    every task's `later_kinds` after all tasks' kinds and protocol arms.
+    every task's `later_kinds` (then its `chosen_kinds`) after all tasks'
+    kinds and protocol arms.
     A populations preset: its populations' members, population by population."""
     if self.learning_rates:
       return [run for p in self.populations() for run in p.members()]
@@ -420,7 +424,7 @@ class Preset:
                 for arm, kind in (("surgery", "bifocal_heads"), ("continue", "rope"))]
     for task in self.tasks:
       for seed in self.seeds:
-        out += [Run(task, kind, seed) for kind in task.later_kinds]
+        out += [Run(task, kind, seed) for kind in task.later_kinds + task.chosen_kinds]
     by_name = {t.name: t for t in self.tasks}
     if self.sensitivity:
       task = by_name[self.sensitivity_task]

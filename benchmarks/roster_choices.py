@@ -102,9 +102,9 @@ def five_best(table: dict) -> tuple[str, ...]:
 
 
 def extend(preset: Preset, results_dir: str) -> Preset:
-  """`preset` with the choices its results allow: the mixed pairings as later
-  kinds of Dyck and `listops_depth` once both tasks' cells are complete, the
-  five best as later kinds of `dyck_5layer` once Dyck's are."""
+  """`preset` with the choices its results allow (as `chosen_kinds`): the
+  mixed pairings on Dyck and `listops_depth` once both tasks' cells are
+  complete, the five best on `dyck_5layer` once Dyck's are."""
   table = extrapolation_report.cells(extrapolation_report.load_summaries(results_dir))
   later = {}
   if not missing(preset, table, (DYCK,)):
@@ -112,8 +112,9 @@ def extend(preset: Preset, results_dir: str) -> Preset:
     if not missing(preset, table, (DYCK, LISTOPS)):
       later[DYCK] = later[LISTOPS] = mixed_pairings(table)
   tasks = tuple(
-      dataclasses.replace(t, later_kinds=t.later_kinds + tuple(
-          k for k in later.get(t.name, ()) if k not in t.later_kinds)) for t in preset.tasks)
+      dataclasses.replace(t, chosen_kinds=t.chosen_kinds + tuple(
+          k for k in later.get(t.name, ()) if k not in t.later_kinds + t.chosen_kinds))
+      for t in preset.tasks)
   return dataclasses.replace(preset, tasks=tasks)
 
 

@@ -49,14 +49,14 @@ def _results(tmp_path, skip=()):
   return results
 
 
-def _later(preset):
-  return {t.name: t.later_kinds for t in preset.tasks}
+def _chosen(preset):
+  return {t.name: t.chosen_kinds for t in preset.tasks}
 
 
 def test_choices_by_the_fixed_rules_once_the_roster_is_complete(tmp_path):
   extended = PRESET.resolved(_results(tmp_path))
   mixed = ("rope+alibi", "spectral+alibi", "rope+t5")
-  assert _later(extended) == {"dyck": ROSTER + mixed, "listops_depth": ROSTER + mixed,
+  assert _chosen(extended) == {"dyck": mixed, "listops_depth": mixed,
                               "dyck_5layer": ("sin_cos", "fire", "cope", "t5", "kerple_log")}
   names = {r.name for r in extended.runs()}
   assert {"dyck/scratch/spectral+alibi/seed1", "listops_depth/scratch/rope+t5/seed0",
@@ -67,15 +67,15 @@ def test_choices_by_the_fixed_rules_once_the_roster_is_complete(tmp_path):
 def test_no_choice_before_the_cells_it_reads_are_complete(tmp_path):
   # One listops seed short: the five best (Dyck alone) are chosen, the pairings not.
   extended = PRESET.resolved(_results(tmp_path / "a", skip={("listops_depth", "fire", 1)}))
-  assert _later(extended)["dyck"] == ROSTER and _later(extended)["listops_depth"] == ROSTER
-  assert len(_later(extended)["dyck_5layer"]) == 5
+  assert _chosen(extended)["dyck"] == () and _chosen(extended)["listops_depth"] == ()
+  assert len(_chosen(extended)["dyck_5layer"]) == 5
   # One Dyck seed short: nothing.
   assert PRESET.resolved(_results(tmp_path / "b", skip={("dyck", "learnt", 0)})) == PRESET
   assert roster_choices.missing(PRESET, {}, ("dyck",))[0] == "dyck/rope (0 of 2 seeds)"
   # A preset restricted to Dyck (--tasks) chooses no pairings: it cannot read listops_depth.
   complete = _results(tmp_path / "c")
   only_dyck = PRESET.only(["dyck", "dyck_5layer"]).resolved(complete)
-  assert _later(only_dyck)["dyck"] == ROSTER and len(_later(only_dyck)["dyck_5layer"]) == 5
+  assert _chosen(only_dyck)["dyck"] == () and len(_chosen(only_dyck)["dyck_5layer"]) == 5
 
 
 def test_mixed_pairings_need_two_candidates():
@@ -94,7 +94,7 @@ def test_the_converged_preset_takes_what_its_committed_results_allow():
   if roster_choices.missing(preset, table, ("dyck",)):  # the roster has not landed
     assert resolved == preset
   else:
-    assert _later(resolved)["dyck_5layer"] == roster_choices.five_best(table)
+    assert _chosen(resolved)["dyck_5layer"] == roster_choices.five_best(table)
 
 
 def test_the_command_prints_each_choice_or_what_it_waits_for(capsys):
