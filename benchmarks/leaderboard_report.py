@@ -1,7 +1,8 @@
 """The leaderboards: per held-out split, the scratch kinds ranked.
 
-Each kind's mean over seeds with its 95% interval, its paired difference from
-`rope` (a difference is called only where its interval excludes zero), how
+Each kind's mean over seeds with its 95% interval, its paired differences from
+`rope` and from the first kind (a difference is called only where its interval
+excludes zero; the kinds not told apart from the first are listed), how
 many seeds reach the split's target where the preset sets one (issue 31:
 0.99 closing-bracket accuracy on Dyck's `test_depth`, 0.90 on
 `k8_m20.test`), and the kind's training step time over RoPE's from the step
@@ -67,8 +68,13 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
   metric = ("close_accuracy" if any(metric_value(s, splits[0], "close_accuracy") is not None
                                     for runs in scratch.values() for s in runs.values())
             else "accuracy")
-  rope = scratch.get("rope", {})
   configs, kind_costs = costs
+
+  def minus(mine: dict, other: dict) -> dict | None:  # paired over the seeds both have
+    common = sorted(set(mine) & set(other))
+    if mine is other or not common:
+      return None
+    return stats.paired_difference([mine[s] for s in common], [other[s] for s in common])
   parts = []
   for split in (s for s in splits if s != "valid"):
     values = {kind: seed_values(runs, split, metric) for kind, runs in scratch.items()}
@@ -77,20 +83,21 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
       continue
     target = targets.get(split)
     header = ["rank", "position", "seeds", "mean [95% interval]", "minus rope (paired)",
+              "minus #1 (paired)",
               *([f"seeds >= {target:g}"] if target is not None else []),
               *([f"step time / rope ({' / '.join(configs)})"] if kind_costs else [])]
     rows = [header, ["---"] * len(header)]
     ranked = sorted(values, key=lambda kind: -float(np.mean(list(values[kind].values()))))
-    reached = []
+    reached, level = [], [ranked[0]]
+    leader, rope = values[ranked[0]], values.get("rope", {})
     for rank, kind in enumerate(ranked, 1):
       mine = values[kind]
-      base = seed_values(rope, split, metric)
-      common = sorted(set(mine) & set(base))
-      versus = ("-" if kind == "rope" or not common else fmt_interval(
-          stats.paired_difference([mine[s] for s in common], [base[s] for s in common]),
-          signed=True))
+      behind = minus(mine, leader)
+      if behind is not None and not behind.get("decided"):
+        level.append(kind)
       row = [str(rank), kind, str(len(mine)),
-             fmt_interval(stats.seed_interval(list(mine.values()))), versus]
+             fmt_interval(stats.seed_interval(list(mine.values()))),
+             fmt_interval(minus(mine, rope), signed=True), fmt_interval(behind, signed=True)]
       if target is not None:
         hits = sum(v >= target for v in mine.values())
         row.append(f"{hits}/{len(mine)}")
@@ -99,7 +106,9 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
       if kind_costs:
         row.append(_step_cost(scratch[kind], kind_costs))
       rows.append(row)
-    parts += [f"`{split}`:", "", markdown_table(rows)]
+    parts += [f"`{split}`:", "", markdown_table(rows), "",
+              f"Not told apart from the first, {ranked[0]} (the paired interval includes zero): "
+              f"{', '.join(level[1:]) or 'no kind'}."]
     if target is not None:
       parts += ["", f"Reaching {target:g} on `{split}` (any seed): "
                 f"{', '.join(reached) if reached else 'no kind'}."]
@@ -114,6 +123,9 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
           "heads split). On this shared CPU ratios within about 0.3 of "
           "each other are not told apart (one kind read 1.27x and 0.86x in two runs: README)."
           if kind_costs else "")
-  return "\n".join([f"Leaderboards ({name}, scratch runs, best first; the difference from "
-                    "`rope` over the seeds both have, **bold** where its 95% interval excludes "
-                    f"zero).{cost}", "", *parts]).rstrip()
+  return "\n".join([f"Leaderboards ({name}, scratch runs, best first; the differences from "
+                    "`rope` and from the first kind over the seeds both have, **bold** where "
+                    "the 95% interval excludes zero; each interval on its own, not corrected "
+                    "for the table's many comparisons, and one that includes zero says the "
+                    f"seeds do not tell the two apart, not that they are equal).{cost}", "",
+                    *parts]).rstrip()

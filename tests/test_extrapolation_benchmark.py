@@ -667,21 +667,30 @@ def test_report_leaderboards_rank_the_kinds_and_count_the_seeds_at_the_target(tm
   _write(results, [_summary("rope", i, valid=0.9, test_length=a) for i, a in enumerate(rope)]
          + [_summary("alibi", i, valid=0.9, test_length=a + 0.3) for i, a in enumerate(rope)]
          + [_summary("nope", i, valid=0.9, test_length=a + (-1) ** i * 0.02)
+            for i, a in enumerate(rope)]
+         # t5: +0.01, -0.03, +0.01 against alibi seed by seed: not told apart
+         + [_summary("t5", i, valid=0.9, test_length=a + 0.29 + (-1) ** i * 0.02)
             for i, a in enumerate(rope)])
   with open(os.path.join(results, "budgets.json"), "w") as f:
     json.dump({"odds_first": {"budget": 400, "max_steps": 3000, "curve": [[400, 0.93]]}}, f)
-  preset = ex.Preset(tasks=(TASK,), kinds=("rope", "alibi", "nope"), seeds=(0, 1, 2),
+  preset = ex.Preset(tasks=(TASK,), kinds=("rope", "alibi", "nope", "t5"), seeds=(0, 1, 2),
                      leaderboards=True, targets=(("odds_first", "test_length", 0.85),
                                                  ("dyck", "test_length", 0.5)))
   markdown = report_lib.report(preset, results)
-  board = [row for row in _rows(markdown, "") if row[0] in ("1", "2", "3")]
-  assert [row[1] for row in board] == ["alibi", "nope", "rope"]  # test_length only: valid is not
-  alibi, nope, rope_row = board
+  board = [row for row in _rows(markdown, "") if row[0] in ("1", "2", "3", "4")]
+  # test_length only: valid is not ranked
+  assert [row[1] for row in board] == ["alibi", "t5", "nope", "rope"]
+  alibi, t5, nope, rope_row = board
   assert alibi[3].startswith("0.850 [") and alibi[4].startswith("**+0.300 [")
   assert not nope[4].startswith("**") and rope_row[4] == "-"
+  # minus the first: alibi itself none; t5 undecided; nope and rope decidedly behind
+  assert alibi[5] == "-" and t5[5].startswith("-0.003 [") and not t5[5].startswith("**")
+  assert nope[5].startswith("**-0.293 [") and rope_row[5].startswith("**-0.300 [")
+  assert ("Not told apart from the first, alibi (the paired interval includes zero): t5."
+          in markdown)
   # alibi's seeds: 0.80, 0.90, 0.85 against the target 0.85 (this task's, not dyck's)
-  assert [row[5] for row in board] == ["2/3", "0/3", "0/3"]
-  assert "Reaching 0.85 on `test_length` (any seed): alibi (2/3)." in markdown
+  assert [row[6] for row in board] == ["2/3", "2/3", "0/3", "0/3"]
+  assert "Reaching 0.85 on `test_length` (any seed): alibi (2/3), t5 (2/3)." in markdown
   assert "Leaderboards" not in report_lib.report(dataclasses.replace(preset, leaderboards=False),
                                                  results)
 
