@@ -54,14 +54,61 @@ def _step_cost(runs: dict[int, dict], costs: dict[str, list[float]]) -> str:
   return " / ".join(f"{r:.2f}x" for r in costs[kind]) if kind in costs else "-"
 
 
+def _minus(mine: dict, other: dict) -> dict | None:
+  """`mine - other`, paired over the seeds both have (None: none, or the same)."""
+  common = sorted(set(mine) & set(other))
+  if mine is other or not common:
+    return None
+  return stats.paired_difference([mine[s] for s in common], [other[s] for s in common])
+
+
+def _board(values: dict[str, dict[int, float]], target: float | None, split: str,
+           scratch: dict, costs: tuple[tuple[str, ...], dict[str, list[float]]]) -> list[str]:
+  """One leaderboard's lines: `values` `{kind: {seed: accuracy}}` ranked by
+  mean, the kinds not told apart from the first, and with a `target` the
+  seeds reaching it on `split`."""
+  configs, kind_costs = costs
+  header = ["rank", "position", "seeds", "mean [95% interval]", "minus rope (paired)",
+            "minus #1 (paired)",
+            *([f"seeds >= {target:g}"] if target is not None else []),
+            *([f"step time / rope ({' / '.join(configs)})"] if kind_costs else [])]
+  rows = [header, ["---"] * len(header)]
+  ranked = sorted(values, key=lambda kind: -float(np.mean(list(values[kind].values()))))
+  reached, level = [], []
+  leader, rope = values[ranked[0]], values.get("rope", {})
+  for rank, kind in enumerate(ranked, 1):
+    mine = values[kind]
+    behind = _minus(mine, leader)
+    if behind is not None and not behind.get("decided"):
+      level.append(kind)
+    row = [str(rank), kind, str(len(mine)), fmt_interval(stats.seed_interval(list(mine.values()))),
+           fmt_interval(_minus(mine, rope), signed=True), fmt_interval(behind, signed=True)]
+    if target is not None:
+      hits = sum(v >= target for v in mine.values())
+      row.append(f"{hits}/{len(mine)}")
+      if hits:
+        reached.append(f"{kind} ({hits}/{len(mine)})")
+    if kind_costs:
+      row.append(_step_cost(scratch[kind], kind_costs))
+    rows.append(row)
+  lines = [markdown_table(rows), "",
+           f"Not told apart from the first, {ranked[0]} (the paired interval includes zero): "
+           f"{', '.join(level) or 'no kind'}."]
+  if target is not None:
+    lines += ["", f"Reaching {target:g} on `{split}` (any seed): "
+              f"{', '.join(reached) if reached else 'no kind'}."]
+  return lines
+
+
 def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
                 costs: tuple[tuple[str, ...], dict[str, list[float]]] = ((), {})) -> str:
   """Per held-out split (every split but `valid`), the scratch kinds ranked by
   their mean over seeds (closing-bracket accuracy where the summaries carry
   it, else token accuracy), each with its 95% interval and its paired
   difference from `rope` (bold: decided); a split in `targets` adds how many
-  seeds reach its target, and a line saying whether any kind does. With
-  `costs` (`step_costs()`), a column of each kind's step time over RoPE's."""
+  seeds reach its target, and a line saying whether any kind does; then the
+  same ranking of each seed's mean over the held-out splits. With `costs`
+  (`step_costs()`), a column of each kind's step time over RoPE's."""
   scratch = {key[1]: runs for key, runs in groups.items() if key[0] == "scratch"}
   if len(scratch) < 2:
     return ""
@@ -69,50 +116,24 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
                                     for runs in scratch.values() for s in runs.values())
             else "accuracy")
   configs, kind_costs = costs
-
-  def minus(mine: dict, other: dict) -> dict | None:  # paired over the seeds both have
-    common = sorted(set(mine) & set(other))
-    if mine is other or not common:
-      return None
-    return stats.paired_difference([mine[s] for s in common], [other[s] for s in common])
+  held_out = [s for s in splits if s != "valid"]
+  by_split = {split: {kind: v for kind, runs in scratch.items()
+                      if (v := seed_values(runs, split, metric))} for split in held_out}
   parts = []
-  for split in (s for s in splits if s != "valid"):
-    values = {kind: seed_values(runs, split, metric) for kind, runs in scratch.items()}
-    values = {kind: v for kind, v in values.items() if v}
-    if not values:
-      continue
-    target = targets.get(split)
-    header = ["rank", "position", "seeds", "mean [95% interval]", "minus rope (paired)",
-              "minus #1 (paired)",
-              *([f"seeds >= {target:g}"] if target is not None else []),
-              *([f"step time / rope ({' / '.join(configs)})"] if kind_costs else [])]
-    rows = [header, ["---"] * len(header)]
-    ranked = sorted(values, key=lambda kind: -float(np.mean(list(values[kind].values()))))
-    reached, level = [], [ranked[0]]
-    leader, rope = values[ranked[0]], values.get("rope", {})
-    for rank, kind in enumerate(ranked, 1):
-      mine = values[kind]
-      behind = minus(mine, leader)
-      if behind is not None and not behind.get("decided"):
-        level.append(kind)
-      row = [str(rank), kind, str(len(mine)),
-             fmt_interval(stats.seed_interval(list(mine.values()))),
-             fmt_interval(minus(mine, rope), signed=True), fmt_interval(behind, signed=True)]
-      if target is not None:
-        hits = sum(v >= target for v in mine.values())
-        row.append(f"{hits}/{len(mine)}")
-        if hits:
-          reached.append(f"{kind} ({hits}/{len(mine)})")
-      if kind_costs:
-        row.append(_step_cost(scratch[kind], kind_costs))
-      rows.append(row)
-    parts += [f"`{split}`:", "", markdown_table(rows), "",
-              f"Not told apart from the first, {ranked[0]} (the paired interval includes zero): "
-              f"{', '.join(level[1:]) or 'no kind'}."]
-    if target is not None:
-      parts += ["", f"Reaching {target:g} on `{split}` (any seed): "
-                f"{', '.join(reached) if reached else 'no kind'}."]
-    parts.append("")
+  for split in held_out:
+    if by_split[split]:
+      parts += [f"`{split}`:", "", *_board(by_split[split], targets.get(split), split, scratch,
+                                           costs), ""]
+  # Each seed's mean over the splits: one ranking for a user who wants one pick.
+  overall = {kind: {seed: float(np.mean([by_split[s][kind][seed] for s in held_out]))
+                    for seed in scratch[kind]
+                    if all(seed in by_split[s].get(kind, {}) for s in held_out)}
+             for kind in scratch}
+  overall = {kind: v for kind, v in overall.items() if v}
+  if len(held_out) > 1 and overall:
+    parts += [f"The mean over the held-out splits ({', '.join(f'`{s}`' for s in held_out)}; "
+              "each seed's mean, the seeds with all of them):", "",
+              *_board(overall, None, "", scratch, costs), ""]
   if not parts:
     return ""
   name = "closing-bracket accuracy" if metric == "close_accuracy" else "token accuracy"

@@ -695,6 +695,30 @@ def test_report_leaderboards_rank_the_kinds_and_count_the_seeds_at_the_target(tm
                                                  results)
 
 
+def test_leaderboard_ranks_each_seeds_mean_over_the_held_out_splits(tmp_path):
+  results = str(tmp_path)
+  # alibi leads test_length, nope test_depth; over both, nope (0.75) ahead of alibi (0.70).
+  # rope's seed 2 lacks test_depth: its mean counts seeds 0-1 only.
+  scores = {"rope": ((0.5, 0.5), (0.6, 0.5), (0.55, None)),
+            "alibi": ((0.9, 0.5), (0.9, 0.5), (0.9, 0.5)),
+            "nope": ((0.6, 0.9), (0.6, 0.9), (0.6, 0.9))}
+  _write(results, [_summary(kind, i, valid=0.9, test_length=a,
+                            **({} if b is None else {"test_depth": b}))
+                   for kind, seeds in scores.items() for i, (a, b) in enumerate(seeds)])
+  groups = report_lib.cells(report_lib.load_summaries(results))["odds_first"]
+  board = leaderboard_lib.leaderboard(groups, ["valid", "test_length", "test_depth"], {})
+  overall = board.split("The mean over the held-out splits (`test_length`, `test_depth`;", 1)[1]
+  rows = [row for row in _rows(overall, "") if row[0] in ("1", "2", "3")]
+  assert [(row[1], row[2], row[3].split(" ")[0]) for row in rows] == [
+      ("nope", "3", "0.750"), ("alibi", "3", "0.700"), ("rope", "2", "0.525")]
+  assert rows[1][5].startswith("**-0.050 [")  # alibi minus nope, the same each seed
+  # rope: -0.25 and -0.20 over two seeds, too few to call
+  assert "Not told apart from the first, nope (the paired interval includes zero): rope." in (
+      overall)
+  # one held-out split: no mean board
+  assert "The mean over" not in leaderboard_lib.leaderboard(groups, ["valid", "test_length"], {})
+
+
 def test_leaderboard_step_time_column_from_the_step_benchmark(tmp_path):
   results = str(tmp_path / "runs")
   _write(results, [_summary(kind, i, valid=0.9, test_length=a + 0.1 * i)
