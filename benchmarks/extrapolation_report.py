@@ -292,6 +292,11 @@ def task_section(task: str, groups: dict, plots_dir: str, link_base: str, *,
     board = leaderboard_report.leaderboard(groups, splits, targets, costs)
     if board:
       parts += ["", board]
+    png = leaderboard_report.targets_plot(task, groups, targets,
+                                          os.path.join(plots_dir, f"targets_{task}.png"))
+    if png:
+      parts += ["", f"![{task}: every kind against both targets]"
+                f"({os.path.relpath(png, link_base)})"]
   for seeds, kinds in extensions:
     table = replication(groups, splits, seeds, kinds, learned=learned)
     if table:

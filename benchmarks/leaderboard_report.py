@@ -6,7 +6,9 @@ excludes zero; the kinds not told apart from the first are listed), how
 many seeds reach the split's target where the preset sets one (issue 31:
 0.99 closing-bracket accuracy on Dyck's `test_depth`, 0.90 on
 `k8_m20.test`), and the kind's training step time over RoPE's from the step
-benchmark (`step_costs`): what a kind costs beside what it buys.
+benchmark (`step_costs`): what a kind costs beside what it buys. With two
+targets on a task, a plot of every kind on one target split against the
+other (`targets_plot`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 import extrapolation_runs as runs_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
 from report_tables import fmt_interval, markdown_table, metric_value, seed_values  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # Every kind's training step time against RoPE's (`step_benchmark.py --kinds=all`).
@@ -112,9 +115,7 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
   scratch = {key[1]: runs for key, runs in groups.items() if key[0] == "scratch"}
   if len(scratch) < 2:
     return ""
-  metric = ("close_accuracy" if any(metric_value(s, splits[0], "close_accuracy") is not None
-                                    for runs in scratch.values() for s in runs.values())
-            else "accuracy")
+  metric = _metric(scratch, splits[0])
   configs, kind_costs = costs
   held_out = [s for s in splits if s != "valid"]
   by_split = {split: {kind: v for kind, runs in scratch.items()
@@ -150,3 +151,60 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
                     "for the table's many comparisons, and one that includes zero says the "
                     f"seeds do not tell the two apart, not that they are equal).{cost}", "",
                     *parts]).rstrip()
+
+
+def _metric(scratch: dict, split: str) -> str:
+  return ("close_accuracy" if any(metric_value(s, split, "close_accuracy") is not None
+                                  for runs in scratch.values() for s in runs.values())
+          else "accuracy")
+
+
+def targets_plot(task: str, groups: dict, targets: dict[str, float], path: str) -> str | None:
+  """Each scratch kind's mean on the first target split (x) against the
+  second (y), with its seed intervals as error bars and the targets as
+  dashed lines: where every kind stands against both at once. None unless
+  `targets` names exactly two splits some kind has."""
+  if len(targets) != 2:
+    return None
+  (split_x, target_x), (split_y, target_y) = targets.items()
+  scratch = {key[1]: runs for key, runs in groups.items() if key[0] == "scratch" and runs}
+  points = {}
+  for kind, runs in scratch.items():
+    x = seed_values(runs, split_x, _metric(scratch, split_x))
+    y = seed_values(runs, split_y, _metric(scratch, split_y))
+    if x and y:
+      points[kind] = (stats.seed_interval(list(x.values())), stats.seed_interval(list(y.values())))
+  if not points:
+    return None
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(7, 5.5))
+  styles = plot_style.kind_styles(points)
+  for kind, (x, y) in points.items():
+    def error(interval):
+      if interval["ci95"] is None:
+        return None
+      return [[interval["mean"] - interval["ci95"][0]], [interval["ci95"][1] - interval["mean"]]]
+    style = styles[kind]
+    ax.errorbar(x["mean"], y["mean"], xerr=error(x), yerr=error(y), color=style["color"],
+                marker=style["marker"], ms=5, lw=0.8, capsize=2,
+                label=f"{kind} ({x['n']} seed{'s' * (x['n'] > 1)})")
+    ax.annotate(kind, (x["mean"], y["mean"]), textcoords="offset points", xytext=(4, 3),
+                fontsize=6, color=style["color"])
+  ax.axvline(target_x, color="grey", ls="--", lw=0.8)
+  ax.axhline(target_y, color="grey", ls="--", lw=0.8)
+  # Room past both targets, so that a line at the edge still reads as one.
+  ax.set_xlim(right=max(ax.get_xlim()[1], target_x + 0.01))
+  ax.set_ylim(top=max(ax.get_ylim()[1], target_y + 0.02))
+  name = {"close_accuracy": "closing-bracket accuracy", "accuracy": "token accuracy"}
+  ax.set_xlabel(f"{split_x}: {name[_metric(scratch, split_x)]} (target {target_x:g}, dashed)")
+  ax.set_ylabel(f"{split_y}: {name[_metric(scratch, split_y)]} (target {target_y:g}, dashed)")
+  ax.grid(alpha=0.3)
+  plot_style.legend_outside(fig, np.array([ax]))
+  fig.suptitle(f"{task}: every kind against both targets (scratch runs; mean over seeds, "
+               "95% intervals)", fontsize=9)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, dpi=90, bbox_inches="tight")
+  plt.close(fig)
+  return path

@@ -719,6 +719,27 @@ def test_leaderboard_ranks_each_seeds_mean_over_the_held_out_splits(tmp_path):
   assert "The mean over" not in leaderboard_lib.leaderboard(groups, ["valid", "test_length"], {})
 
 
+def test_report_plots_every_kind_against_two_targets(tmp_path):
+  results = str(tmp_path / "runs")
+  _write(results, [_summary(kind, i, valid=0.9, test_length=a + 0.01 * i, test_depth=b)
+                   for kind, a, b in (("rope", 0.5, 0.6), ("alibi", 0.8, 0.7)) for i in range(3)])
+  with open(os.path.join(results, "budgets.json"), "w") as f:
+    json.dump({"odds_first": {"budget": 400, "max_steps": 3000, "curve": [[400, 0.93]]}}, f)
+  preset = ex.Preset(tasks=(TASK,), kinds=("rope", "alibi"), seeds=(0, 1, 2), leaderboards=True,
+                     targets=(("odds_first", "test_length", 0.85),
+                              ("odds_first", "test_depth", 0.9)))
+  markdown = report_lib.report(preset, results, link_base=str(tmp_path))
+  assert "![odds_first: every kind against both targets](runs/plots/targets_odds_first.png)" in (
+      markdown)
+  assert os.path.getsize(tmp_path / "runs" / "plots" / "targets_odds_first.png") > 0
+  # One target: the leaderboards, no plot.
+  one = dataclasses.replace(preset, targets=preset.targets[:1])
+  assert "every kind against both targets" not in report_lib.report(one, results)
+  groups = report_lib.cells(report_lib.load_summaries(results))["odds_first"]
+  assert leaderboard_lib.targets_plot("odds_first", groups, {"test_length": 0.85, "che": 0.5},
+                                      str(tmp_path / "none.png")) is None  # no kind has `che`
+
+
 def test_leaderboard_step_time_column_from_the_step_benchmark(tmp_path):
   results = str(tmp_path / "runs")
   _write(results, [_summary(kind, i, valid=0.9, test_length=a + 0.1 * i)
