@@ -446,8 +446,8 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
     seconds = sum(s["seconds"] for s in summaries)
     parts.append(f"Run between {dates[0]} and {dates[-1]}; {seconds / 3600:.1f} hours of "
                  "training and evaluation in all.")
-  parts.append(progress_report.progress_section(preset, cells(summaries), budgets))
   table = cells(summaries)
+  parts.append(progress_report.progress_section(preset, table, budgets))
   costs = ((), {}) if step_costs_file is None or not preset.leaderboards else (
       leaderboard_report.step_costs(step_costs_file))
   for task in [t.name for t in preset.tasks if t.name in table]:

@@ -1,7 +1,7 @@
 """Where a sweep stands: each part of its preset, runs planned against runs
 landed, and the CPU time the rest would take at the landed runs' pace.
 
-The report's first table (`extrapolation_report.report`), rebuilt from the
+A table of the report (`extrapolation_report.report`), rebuilt from the
 summaries alone, so a status line in RESULTS.md never has to list runs by hand.
 """
 
