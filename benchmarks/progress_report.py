@@ -94,6 +94,8 @@ def progress_section(preset: Preset, table: dict, budgets: dict) -> str:
   return ("Progress, in the order the sweep runs its parts. CPU hours left: each pending run "
           "at the median time of its kind's landed runs on the task, else at its task's "
           "`rope` time scaled by the kind's cost over `rope` on another task; one core a "
-          "run; landed runs that shared the machine recorded longer times, so this "
-          "overstates; `?`: a run nothing has timed yet." + chosen + "\n\n"
+          "run. Rough either way: a landed run that shared the machine recorded a longer "
+          "time, and the scaling sets runs of different days and loads against each other "
+          "(on this CPU, Dyck's `rope` runs took 227-1,450 s); `?`: a run nothing has timed "
+          "yet." + chosen + "\n\n"
           + progress_table(preset, table, budgets))
