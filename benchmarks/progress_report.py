@@ -96,6 +96,6 @@ def progress_section(preset: Preset, table: dict, budgets: dict) -> str:
           "`rope` time scaled by the kind's cost over `rope` on another task; one core a "
           "run. Rough either way: a landed run that shared the machine recorded a longer "
           "time, and the scaling sets runs of different days and loads against each other "
-          "(on this CPU, Dyck's `rope` runs took 227-1,450 s); `?`: a run nothing has timed "
+          "(a kind's runs of one task can differ several-fold); `?`: a run nothing has timed "
           "yet." + chosen + "\n\n"
           + progress_table(preset, table, budgets))
