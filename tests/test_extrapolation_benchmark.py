@@ -200,7 +200,9 @@ def test_an_in_order_preset_keeps_its_task_order_and_runs_the_protocol_last(tmp_
 
 def test_later_kinds_run_after_every_tasks_kinds_and_protocol(tmp_path):
   first = ex.TaskSpec("dyck", variant="tiny", later_kinds=("fire",))
-  second = dataclasses.replace(first, name="dyck_big", config_name="dyck", later_kinds=("t5",))
+  # kerple_log as `extend` would add it: with the later kinds, after them
+  second = dataclasses.replace(first, name="dyck_big", config_name="dyck", later_kinds=("t5",),
+                               chosen_kinds=("kerple_log",))
   preset = ex.Preset(tasks=(first, second), kinds=("rope",), seeds=(0, 1),
                      protocol_tasks=("dyck",), in_order=True)
   results = str(tmp_path / "results")
@@ -214,7 +216,8 @@ def test_later_kinds_run_after_every_tasks_kinds_and_protocol(tmp_path):
       "dyck_big/scratch/rope/seed1", "dyck/surgery/bifocal_heads/seed0",
       "dyck/continue/rope/seed0", "dyck/surgery/bifocal_heads/seed1", "dyck/continue/rope/seed1",
       "dyck/scratch/fire/seed0", "dyck/scratch/fire/seed1", "dyck_big/scratch/t5/seed0",
-      "dyck_big/scratch/t5/seed1"]
+      "dyck_big/scratch/kerple_log/seed0", "dyck_big/scratch/t5/seed1",
+      "dyck_big/scratch/kerple_log/seed1"]
 
 
 def test_a_preset_restricted_to_some_tasks_keeps_their_arms_only():
