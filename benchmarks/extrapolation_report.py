@@ -368,13 +368,8 @@ def plot_task(task: str, groups: dict, path: str) -> str | None:
     ax.set_ylabel("token accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-  plot_style.legend_outside(fig, axes)
-  fig.suptitle(f"{task}: accuracy against depth and length (every evaluated split pooled; "
-               "mean over seeds)", fontsize=9)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  fig.savefig(path, dpi=90, bbox_inches="tight")
-  plt.close(fig)
-  return path
+  return plot_style.save(fig, axes, path, f"{task}: accuracy against depth and length (every "
+                         "evaluated split pooled; mean over seeds)")
 
 
 def load_budgets(results_dir: str) -> dict:

@@ -204,10 +204,5 @@ def targets_plot(task: str, groups: dict, targets: dict[str, float], path: str) 
   ax.set_xlabel(f"{split_x}: {name[_metric(scratch, split_x)]} (target {target_x:g}, dashed)")
   ax.set_ylabel(f"{split_y}: {name[_metric(scratch, split_y)]} (target {target_y:g}, dashed)")
   ax.grid(alpha=0.3)
-  plot_style.legend_outside(fig, np.array([ax]))
-  fig.suptitle(f"{task}: every kind against both targets (scratch runs; mean over seeds, "
-               "95% intervals)", fontsize=9)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  fig.savefig(path, dpi=90, bbox_inches="tight")
-  plt.close(fig)
-  return path
+  return plot_style.save(fig, np.array([ax]), path, f"{task}: every kind against both targets "
+                         "(scratch runs; mean over seeds, 95% intervals)")

@@ -91,3 +91,16 @@ def legend_outside(fig, axes) -> None:
     right = max(ax.get_position().x1 for ax in axes.flat if ax.get_visible())
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right + 0.01, 0.5), fontsize=7,
                ncol=1 if len(labels) <= 14 else 2, frameon=False)
+
+
+def save(fig, axes, path: str, title: str, **title_keywords) -> str:
+  """Finishes a report figure as every plot of the report does: the legend
+  outside its panels, `title` above, written to `path` (its folder made),
+  closed; returns `path`."""
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  legend_outside(fig, axes)
+  fig.suptitle(title, fontsize=9, **title_keywords)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, dpi=90, bbox_inches="tight")
+  plt.close(fig)
+  return path

@@ -126,11 +126,6 @@ def plot_training_time(task: str, groups: dict, splits: list[str], metric: str,
     ax.set_xlabel("training steps")
   for ax in axes[:, 0]:
     ax.set_ylabel(metric.replace("_", " "))
-  plot_style.legend_outside(fig, axes)
-  fig.suptitle(f"{task}: held-out accuracy against training steps (mean over seeds; band: "
-               f"95% interval, kinds with >= {plot_style.MIN_BAND_SEEDS} seeds)", fontsize=9,
-               y=1.0 + 0.05 / rows)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  fig.savefig(path, dpi=90, bbox_inches="tight")
-  plt.close(fig)
-  return path
+  return plot_style.save(fig, axes, path, f"{task}: held-out accuracy against training steps "
+                         f"(mean over seeds; band: 95% interval, kinds with >= "
+                         f"{plot_style.MIN_BAND_SEEDS} seeds)", y=1.0 + 0.05 / rows)
