@@ -48,9 +48,9 @@ summaries: those at the preset's first learning rate are the `scratch` arm,
 the others the `sensitivity` arm labelled `lr<rate>`; each summary's
 `seconds` is its share of the population's time. `--limit N` stops after N
 runs (populations): one ~10-minute accelerator command is `--limit 1`.
-`--stop_by 2.5h` (or `HH:MM`) starts no run expected to end after then (the
-median time of the finished runs of its kind, else the longest of its task's),
-but the next in the order that fits, for a machine lent for a while.
+`--stop_by 2.5h` (or `HH:MM`) starts no run expected to end after then
+(`Sweep.expected_seconds`), but the next in the order that fits, for a
+machine lent for a while.
 
 Budgets (`--calibrate`): for each task, `rope` (seed 0) trains up to the
 preset's `max_steps`, evaluated on `valid` every `interval` steps; the task's
@@ -107,13 +107,14 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 from extrapolation_presets import PRESETS  # pylint: disable=g-import-not-at-top,wrong-import-position
 from extrapolation_runs import (  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
-    REPO, PopulationRun, Preset, Run, TaskSpec, checkpoint_results_path, published_data,
-    published_file, write_atomically)
+    REPO, PopulationRun, Preset, Run, TaskSpec, checkpoint_results_path, kind_overrides,
+    published_data, published_file, write_atomically)
 from run_summary import (  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
     TOOK, calibration_record, logged_seconds, read_json, summary_of, summary_path, trained)
-from bifocal_jax import host  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax import host, positions  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from extrapolation_report import BUDGETS_FILE, load_budgets  # pylint: disable=g-import-not-at-top,wrong-import-position
+from leaderboard_report import STEP_COSTS_FILE, step_costs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 RESULTS_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
 FAILED_FILE = "failed.txt"
@@ -341,10 +342,12 @@ class Sweep:
                log: Callable[[str], None] = print,
                on_written: Callable[[Sequence[str], str], object] | None = None,
                shard: tuple[int, int] | None = None, pin_cores: bool = False,
-               resolve: Callable[[], Preset] | None = None):
+               resolve: Callable[[], Preset] | None = None,
+               step_costs_file: str = STEP_COSTS_FILE):
     self.preset, self.out, self.results_dir, self.log = preset, out, results_dir, log
     self.on_written = on_written or (lambda paths, message: None)
     self.shard, self.pin_cores, self.resolve = shard, pin_cores, resolve
+    self.step_costs_file = step_costs_file
 
   def _slots(self, jobs: int) -> _CoreSlots:
     return _CoreSlots(host.core_slots(jobs) if self.pin_cores else [None] * jobs)
@@ -435,17 +438,34 @@ class Sweep:
   def expected_seconds(self, unit: Run | PopulationRun) -> float | None:
     """How long `unit` will take: the median `seconds` of the finished runs of
     its task, arm and group (kind and label); for a group not run yet, the
-    longest of its task's and arm's (a kind may step several times slower
-    than another); None without any (or for a population)."""
+    median of its task's and arm's `rope` runs times its kind's training step
+    time over RoPE's (`step_costs_file`: the slower of the benchmark's
+    configs; a mixed kind: its slower part), else the longest run of its
+    task and arm (a kind may step several times slower than another); None
+    without any (or for a population)."""
     if isinstance(unit, PopulationRun):
       return None
     arm_dir = os.path.join(self.results_dir, unit.task.name, unit.arm)
-    for group, statistic in ((unit.group, np.median), ("*", np.max)):
-      seconds = [s for path in glob.glob(os.path.join(arm_dir, group, "seed*.json"))
-                 if isinstance(s := (read_json(path) or {}).get("seconds"), (int, float))]
-      if seconds:
-        return float(statistic(seconds))
-    return None
+
+    def seconds(group: str) -> list[float]:
+      return [s for path in glob.glob(os.path.join(arm_dir, group, "seed*.json"))
+              if isinstance(s := (read_json(path) or {}).get("seconds"), (int, float))]
+
+    if own := seconds(unit.group):
+      return float(np.median(own))
+    rope, cost = seconds("rope"), self._step_cost(unit.kind)
+    if rope and cost is not None:
+      return float(np.median(rope)) * cost
+    return float(np.max(every)) if (every := seconds("*")) else None
+
+  def _step_cost(self, kind: str) -> float | None:
+    """A sweep kind's training step time over RoPE's, the slowest reading of
+    it or of its parts; None if the step benchmark has not timed them all."""
+    _, costs = step_costs(self.step_costs_file)
+    parts = [p.name for p in positions.parts(kind_overrides(kind)["position.kind"])]
+    if any(p not in costs for p in parts):
+      return None
+    return max(max(costs[p]) for p in parts)
 
   def _fits(self, unit: Run | PopulationRun, stop_by: float, passed_over: set[str]) -> bool:
     """Whether `unit` is expected to end by `stop_by` (one of unknown length:
@@ -584,7 +604,8 @@ _LIMIT = flags.DEFINE_integer(
     "limit", None, "Run at most this many runs (a population counts as one), then report.")
 _STOP_BY = flags.DEFINE_string(
     "stop_by", None, "Start no run expected to end after this (the median time of the finished "
-    "runs of its task, arm and kind, else the longest of its task's and arm's), but the next "
+    "runs of its task, arm and kind; a kind not run yet: the task's RoPE median times the "
+    "kind's step time over RoPE's, else the longest run of the task and arm), but the next "
     "in the order that fits; the runs in flight finish (the sweep's runs; not --calibrate's). A duration (90m, "
     "2.5h), HH:MM (next occurrence) or YYYY-MM-DDTHH:MM, local time: for a machine lent for a "
     "while, where a run cut off is lost.")

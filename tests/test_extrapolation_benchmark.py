@@ -1082,16 +1082,33 @@ def _finished(results_dir, run, seconds):
     json.dump({"seconds": seconds}, f)
 
 
+def _step_costs_file(path, kinds_over_rope: list[dict]) -> str:
+  with open(path, "w") as f:
+    json.dump({"results": [{"config": f"c{i}", "bifocal_over_rope": 1.25, "kinds_over_rope": k}
+                           for i, k in enumerate(kinds_over_rope)]}, f)
+  return str(path)
+
+
 def test_expected_seconds_from_finished_runs_like_it(tmp_path):
   results = str(tmp_path / "results")
-  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), results, log=lambda m: None)
+  costs = _step_costs_file(tmp_path / "costs.json", [{"nope": 0.9, "cope": 3.0},
+                                                      {"nope": 1.5, "cope": 2.0}])
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), results, log=lambda m: None,
+                   step_costs_file=costs)
   for seed, seconds in enumerate((100, 300, 200)):
     _finished(results, ex.Run(TASK, "rope", seed), seconds)
   _finished(results, ex.Run(TASK, "bifocal_heads", 0), 1000)
   assert sweep.expected_seconds(ex.Run(TASK, "rope", 7)) == 200  # its kind's median
   assert sweep.expected_seconds(ex.Run(TASK, "bifocal_heads", 1)) == 1000
-  assert sweep.expected_seconds(ex.Run(TASK, "nope", 0)) == 1000  # the task's longest
+  # A kind not run yet: RoPE's median times its slowest step-time reading,
+  # a mixed kind's slower part's; one the benchmark has not timed: the longest.
+  assert sweep.expected_seconds(ex.Run(TASK, "nope", 0)) == pytest.approx(300)
+  assert sweep.expected_seconds(ex.Run(TASK, "nope+cope", 0)) == pytest.approx(600)
+  assert sweep.expected_seconds(ex.Run(TASK, "alibi", 0)) == 1000
   assert sweep.expected_seconds(ex.Run(TASK, "rope", 0, arm="continue")) is None
+  no_costs = ex.Sweep(PRESET, str(tmp_path / "out"), results, log=lambda m: None,
+                      step_costs_file=str(tmp_path / "absent.json"))
+  assert no_costs.expected_seconds(ex.Run(TASK, "nope", 0)) == 1000  # the task's longest
 
 
 def test_stop_by_passes_over_runs_expected_to_end_after_it_for_the_next_that_fits(
