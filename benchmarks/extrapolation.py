@@ -99,7 +99,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-import numpy as np
 from absl import app
 from absl import flags
 
@@ -107,14 +106,15 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 from extrapolation_presets import PRESETS  # pylint: disable=g-import-not-at-top,wrong-import-position
 from extrapolation_runs import (  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
-    REPO, PopulationRun, Preset, Run, TaskSpec, checkpoint_results_path, kind_overrides,
-    published_data, published_file, write_atomically)
+    REPO, PopulationRun, Preset, Run, TaskSpec, checkpoint_results_path, published_data,
+    published_file, write_atomically)
 from run_summary import (  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
     TOOK, calibration_record, logged_seconds, read_json, summary_of, summary_path, trained)
-from bifocal_jax import host, positions  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax import host  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from extrapolation_report import BUDGETS_FILE, load_budgets  # pylint: disable=g-import-not-at-top,wrong-import-position
 from leaderboard_report import STEP_COSTS_FILE, step_costs  # pylint: disable=g-import-not-at-top,wrong-import-position
+import progress_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 RESULTS_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
 FAILED_FILE = "failed.txt"
@@ -436,36 +436,29 @@ class Sweep:
       return self._run_pending(jobs, limit, stop_by)
 
   def expected_seconds(self, unit: Run | PopulationRun) -> float | None:
-    """How long `unit` will take: the median `seconds` of the finished runs of
-    its task, arm and group (kind and label); for a group not run yet, the
-    median of its task's and arm's `rope` runs times its kind's training step
-    time over RoPE's (`step_costs_file`: the slower of the benchmark's
-    configs; a mixed kind: its slower part), else the longest run of its
-    task and arm (a kind may step several times slower than another); None
-    without any (or for a population)."""
+    """How long `unit` will take (`progress_report.expected_seconds`): the
+    median `seconds` of its task's, arm's and group's finished runs; for a
+    group not run yet, its kind's step time over RoPE's (`step_costs_file`)
+    times the task's pace over every kind run from scratch, else the longest
+    run of its task and arm; None without any (or for a population)."""
     if isinstance(unit, PopulationRun):
       return None
-    arm_dir = os.path.join(self.results_dir, unit.task.name, unit.arm)
-
-    def seconds(group: str) -> list[float]:
-      return [s for path in glob.glob(os.path.join(arm_dir, group, "seed*.json"))
-              if isinstance(s := (read_json(path) or {}).get("seconds"), (int, float))]
-
-    if own := seconds(unit.group):
-      return float(np.median(own))
-    rope, cost = seconds("rope"), self._step_cost(unit.kind)
-    if rope and cost is not None:
-      return float(np.median(rope)) * cost
-    return float(np.max(every)) if (every := seconds("*")) else None
-
-  def _step_cost(self, kind: str) -> float | None:
-    """A sweep kind's training step time over RoPE's, the slowest reading of
-    it or of its parts; None if the step benchmark has not timed them all."""
-    _, costs = step_costs(self.step_costs_file)
-    parts = [p.name for p in positions.parts(kind_overrides(kind)["position.kind"])]
-    if any(p not in costs for p in parts):
-      return None
-    return max(max(costs[p]) for p in parts)
+    own, scratch, every = [], collections.defaultdict(list), []
+    for path in glob.glob(os.path.join(self.results_dir, unit.task.name, "*", "*",
+                                       "seed*.json")):
+      summary = read_json(path) or {}
+      if not isinstance(seconds := summary.get("seconds"), (int, float)):
+        continue
+      arm_dir, group = os.path.split(os.path.dirname(path))
+      arm = os.path.basename(arm_dir)
+      if arm == "scratch" and isinstance(summary.get("kind"), str):
+        scratch[summary["kind"]].append(seconds)
+      if arm == unit.arm:
+        every.append(seconds)
+        if group == unit.group:
+          own.append(seconds)
+    return progress_report.expected_seconds(unit.kind, own, scratch, every,
+                                            step_costs(self.step_costs_file)[1])
 
   def _fits(self, unit: Run | PopulationRun, stop_by: float, passed_over: set[str]) -> bool:
     """Whether `unit` is expected to end by `stop_by` (one of unknown length:
@@ -604,8 +597,8 @@ _LIMIT = flags.DEFINE_integer(
     "limit", None, "Run at most this many runs (a population counts as one), then report.")
 _STOP_BY = flags.DEFINE_string(
     "stop_by", None, "Start no run expected to end after this (the median time of the finished "
-    "runs of its task, arm and kind; a kind not run yet: the task's RoPE median times the "
-    "kind's step time over RoPE's, else the longest run of the task and arm), but the next "
+    "runs of its task, arm and kind; a kind not run yet: its step time over RoPE's times the "
+    "task's pace, else the longest run of the task and arm), but the next "
     "in the order that fits; the runs in flight finish (the sweep's runs; not --calibrate's). A duration (90m, "
     "2.5h), HH:MM (next occurrence) or YYYY-MM-DDTHH:MM, local time: for a machine lent for a "
     "while, where a run cut off is lost.")

@@ -442,9 +442,10 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
     parts.append(f"Run between {dates[0]} and {dates[-1]}; {seconds / 3600:.1f} hours of "
                  "training and evaluation in all.")
   table = cells(summaries)
-  parts.append(progress_report.progress_section(preset, table, budgets))
-  costs = ((), {}) if step_costs_file is None or not preset.leaderboards else (
-      leaderboard_report.step_costs(step_costs_file))
+  measured = ((), {}) if step_costs_file is None else leaderboard_report.step_costs(
+      step_costs_file)
+  parts.append(progress_report.progress_section(preset, table, budgets, measured[1]))
+  costs = measured if preset.leaderboards else ((), {})
   for task in [t.name for t in preset.tasks if t.name in table]:
     extensions = tuple((seeds, kinds) for name, seeds, kinds in preset.seed_extensions
                        if name == task)

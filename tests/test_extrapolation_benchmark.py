@@ -1079,7 +1079,7 @@ def _finished(results_dir, run, seconds):
   path = run_summary.summary_path(results_dir, run)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, "w") as f:
-    json.dump({"seconds": seconds}, f)
+    json.dump({"kind": run.kind, "seconds": seconds}, f)
 
 
 def _step_costs_file(path, kinds_over_rope: list[dict]) -> str:
@@ -1100,15 +1100,20 @@ def test_expected_seconds_from_finished_runs_like_it(tmp_path):
   _finished(results, ex.Run(TASK, "bifocal_heads", 0), 1000)
   assert sweep.expected_seconds(ex.Run(TASK, "rope", 7)) == 200  # its kind's median
   assert sweep.expected_seconds(ex.Run(TASK, "bifocal_heads", 1)) == 1000
-  # A kind not run yet: RoPE's median times its slowest step-time reading,
-  # a mixed kind's slower part's; one the benchmark has not timed: the longest.
-  assert sweep.expected_seconds(ex.Run(TASK, "nope", 0)) == pytest.approx(300)
-  assert sweep.expected_seconds(ex.Run(TASK, "nope+cope", 0)) == pytest.approx(600)
+  # A kind not run yet: its slowest step-time reading (a mixed kind: its slower
+  # part's) times the task's pace, the median over kinds of time over cost:
+  # rope 200 / 1.0, bifocal 1000 / 1.25: 500.
+  assert sweep.expected_seconds(ex.Run(TASK, "nope", 0)) == pytest.approx(1.5 * 500)
+  assert sweep.expected_seconds(ex.Run(TASK, "nope+cope", 0)) == pytest.approx(3.0 * 500)
+  assert sweep.expected_seconds(ex.Run(TASK, "rope", 0, arm="continue")) == pytest.approx(500)
+  # A kind the benchmark has not timed: the task and arm's longest run.
   assert sweep.expected_seconds(ex.Run(TASK, "alibi", 0)) == 1000
-  assert sweep.expected_seconds(ex.Run(TASK, "rope", 0, arm="continue")) is None
   no_costs = ex.Sweep(PRESET, str(tmp_path / "out"), results, log=lambda m: None,
                       step_costs_file=str(tmp_path / "absent.json"))
-  assert no_costs.expected_seconds(ex.Run(TASK, "nope", 0)) == 1000  # the task's longest
+  assert no_costs.expected_seconds(ex.Run(TASK, "nope", 0)) == 1000
+  assert no_costs.expected_seconds(ex.Run(TASK, "rope", 0, arm="continue")) is None
+  other = dataclasses.replace(TASK, name="dyck")
+  assert sweep.expected_seconds(ex.Run(other, "rope", 0)) is None  # nothing landed there
 
 
 def test_stop_by_passes_over_runs_expected_to_end_after_it_for_the_next_that_fits(

@@ -3,6 +3,8 @@
 import os
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import extrapolation_report  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -36,7 +38,8 @@ def test_each_part_counts_its_landed_runs_in_the_order_the_sweep_runs_them():
                 _summary("dyck", "cope", 0, 1000.0),
                 _summary("listops_depth", "rope", 0, 900.0)]
   table = extrapolation_report.cells(summaries)
-  rows = _rows(progress_report.progress_table(PRESET, table, BUDGETS))
+  costs = {"rope": [1.0, 1.0], "alibi": [0.9, 1.2], "fire": [2.0, 1.5], "cope": [3.0, 6.0]}
+  rows = _rows(progress_report.progress_table(PRESET, table, BUDGETS, costs))
   # modular_arithmetic was not learned: never run, not counted.
   assert [r[:4] for r in rows] == [
       ["dyck", "2 kinds", "4 / 4", "2"],
@@ -46,17 +49,37 @@ def test_each_part_counts_its_landed_runs_in_the_order_the_sweep_runs_them():
       ["dyck", "chosen from the results: `rope+fire`", "0 / 2", "0"],
       ["listops_depth", "the roster (2 kinds)", "0 / 4", "0"]]
   assert rows[0][4] == "2026-12-05 02:00 UTC" and rows[0][5] == "-"
-  # dyck's roster: cope seed 1 at cope's own median.
+  # dyck's roster: cope seed 1 at cope's own median (its step cost unused).
   assert rows[3][5] == f"{1000 / 3600:.1f}"
-  # listops_depth's kinds: rope seed 1 at rope's 900 s; alibi, never run there,
-  # at listops rope's 900 s times alibi's cost over rope on dyck (100 / 100).
-  assert rows[2][5] == f"{(900 + 900 + 900) / 3600:.1f}"
-  # listops's roster: fire at 900 x (400 / 100) per seed, cope 900 x 10.
-  assert rows[5][5] == f"{2 * (3600 + 9000) / 3600:.1f}"
-  # The protocol's surgery arm timed by its own run; the continue arm: nothing yet.
-  assert rows[1][5] == "?"
-  # The chosen mixed kind has run nowhere: no estimate.
-  assert rows[4][5] == "?"
+  # listops_depth's kinds: rope seed 1 at rope's 900 s; alibi, never run
+  # there, at its slower step-time reading (1.2) times the task's pace (rope's
+  # 900 / 1.0, the only kind run there), not at its dyck runs' ratio.
+  assert rows[2][5] == f"{(900 + 2 * 900 * 1.2) / 3600:.1f}"
+  # listops's roster: fire at 900 x 2.0 per seed, cope 900 x 6.0.
+  assert rows[5][5] == f"{2 * 900 * (2.0 + 6.0) / 3600:.1f}"
+  # dyck's pace: the median over rope (100 / 1), alibi (100 / 1.2), fire
+  # (400 / 2), cope (1000 / 6): (100 + 1000 / 6) / 2.
+  pace = (100 + 1000 / 6) / 2
+  # The protocol: surgery seed 1 at its own run's 50 s; `continue`'s rope, not
+  # run in that arm, at the task's pace.
+  assert rows[1][5] == f"{(50 + 2 * pace) / 3600:.1f}"
+  assert progress_report.run_seconds(table, runs_lib.Run(DYCK, "rope", 0, arm="continue"),
+                                     costs) == pytest.approx(pace)
+  # The chosen mixed kind at its slower part's cost (fire's 2.0).
+  assert rows[4][5] == f"{2 * 2.0 * pace / 3600:.1f}"
+  assert progress_report.run_seconds(table, runs_lib.Run(DYCK, "rope+fire", 0),
+                                     costs) == pytest.approx(2.0 * pace)
+
+
+def test_without_step_costs_a_kind_not_run_is_expected_at_the_longest_run_or_unknown():
+  table = extrapolation_report.cells([_summary("dyck", "rope", 0, 100.0),
+                                      _summary("dyck", "alibi", 0, 400.0),
+                                      _summary("dyck", "bifocal_heads", 0, 50.0, arm="surgery")])
+  rows = {r[1]: r[5] for r in _rows(progress_report.progress_table(PRESET, table, BUDGETS))
+          if r[0] == "dyck"}
+  assert rows["the roster (2 kinds)"] == f"{4 * 400 / 3600:.1f}"  # fire, cope: the longest
+  # `continue` has no run of its own arm and no step costs to scale rope by.
+  assert rows["the paper's protocol (surgery, continue)"] == "?"
 
 
 def test_a_task_not_yet_calibrated_says_so_and_the_section_names_its_estimate():
@@ -72,3 +95,20 @@ def test_a_task_not_yet_calibrated_says_so_and_the_section_names_its_estimate():
 def test_the_report_opens_with_the_progress_table(tmp_path):
   report = extrapolation_report.report(PRESET, str(tmp_path), step_costs_file=None)
   assert "| dyck | 2 kinds | 0 / 4 | 0 | - | not calibrated |" in report
+
+
+def test_first_run_check_expects_each_kind_as_if_it_had_not_run():
+  table = extrapolation_report.cells([
+      _summary("dyck", "rope", 0, 100.0), _summary("dyck", "rope", 1, 300.0),
+      _summary("dyck", "alibi", 0, 400.0), _summary("dyck", "fire", 0, 900.0),
+      _summary("dyck", "rope", 0, 5.0, arm="continue")])  # not from scratch: not counted
+  costs = {"rope": [1.0], "alibi": [2.0, 1.5], "fire": [3.0]}
+  ratios = progress_report.first_run_check(table["dyck"], costs)
+  # Paces (median time over slowest cost): rope 200, alibi 200, fire 300.
+  # rope, as if not run: median(200, 300) = 250 over its median 200 s.
+  assert ratios["rope"] == pytest.approx(250 / 200)
+  assert ratios["alibi"] == pytest.approx(2.0 * 250 / 400)
+  assert ratios["fire"] == pytest.approx(3.0 * 200 / 900)
+  # A kind the step benchmark has not timed is not checked.
+  assert set(progress_report.first_run_check(table["dyck"], {"rope": [1.0], "alibi": [2.0]})
+             ) == {"rope", "alibi"}
