@@ -191,7 +191,9 @@ PRESETS = {
         # the 5-layer model, by rules fixed before it did (roster_choices.py).
         extend=roster_choices.extend,
         # issue 31: does any scheme reach these (closing-bracket accuracy)?
-        targets=(("dyck", "test_depth", 0.99), ("dyck", "k8_m20.test", 0.90))),
+        targets=(("dyck", "test_depth", 0.99), ("dyck", "k8_m20.test", 0.90)),
+        # The two depth tasks, each model: does what extrapolates on one carry over?
+        cross_task=(("dyck", "listops_depth"), ("dyck_5layer", "listops_depth_5layer"))),
     # The roster on the learned Chomsky-hierarchy tasks at convergence.
     "converged_chomsky": Preset(
         tasks=_CONVERGED_CHOMSKY, kinds=VERDICT_KINDS, seeds=(0, 1, 2, 3, 4), converged=0.002,

@@ -23,7 +23,7 @@
     (`seed_extensions`), the same tables on the added seeds alone: a
     replication the choice to add them cannot have biased;
   * accuracy against training steps (`training_time_report.py`), and a task
-    at two model sizes (`model_size_report.py`);
+    at two model sizes and two tasks with one model (`rank_comparison_report.py`);
   * the learned spectra: drift and harmonic fit against the geometric start;
   * the mechanism probes, each eye also against the same heads of the RoPE
     run of its seed (`probe_report.py`);
@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 import leaderboard_report  # pylint: disable=g-import-not-at-top,wrong-import-position
-import model_size_report  # pylint: disable=g-import-not-at-top,wrong-import-position
+import rank_comparison_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
 import progress_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import probe_report  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -454,9 +454,12 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
                               targets=({split: value for name, split, value in preset.targets
                                         if name == task} if preset.leaderboards else None),
                               costs=costs))
-  sizes = model_size_report.model_size_section(preset, table)
+  sizes = rank_comparison_report.model_size_section(preset, table)
   if sizes:
     parts += ["### Model size", sizes]
+  across = rank_comparison_report.cross_task_section(preset, table)
+  if across:
+    parts += ["### Across tasks", across]
   randomization = randomization_section(table)
   if randomization:
     parts += ["### Randomization", randomization]

@@ -369,6 +369,9 @@ class Preset:
   # counting the seeds that reach a target: ((task, split, accuracy), ...).
   leaderboards: bool = False
   targets: tuple[tuple[str, str, float], ...] = ()
+  # ((task, task), ...): two tasks run with the same model and kinds, whose
+  # rankings the report sets side by side (`rank_comparison_report`).
+  cross_task: tuple[tuple[str, str], ...] = ()
   learning_rates: tuple[float, ...] = ()  # set: populations (PopulationRun) of seeds x these
   data_workers: int = 0                  # populations: batch-making processes
   # (preset, results directory) -> the preset with what its results so far

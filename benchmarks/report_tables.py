@@ -2,7 +2,7 @@
 and the markdown of intervals and tables.
 
 `extrapolation_report` (accuracy, paired comparisons), `leaderboard_report`,
-`training_time_report`, `model_size_report` and `probe_report` (the
+`training_time_report`, `rank_comparison_report` and `probe_report` (the
 mechanism probes) read and format their cells here, so that an interval
 reads the same in every table of RESULTS.md.
 """

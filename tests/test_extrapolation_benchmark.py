@@ -583,7 +583,7 @@ def test_report_compares_rankings_of_one_task_at_two_model_sizes(tmp_path):
   markdown = report_lib.report(preset, results)
   section = markdown.split("### Model size", 1)[1]
   assert "`dyck` (2 layers, 4,000 steps) against `dyck_5layer` (5 layers, 2,000 steps)" in section
-  ranking, differences = section.split("Minus `rope` at each size", 1)
+  ranking, differences = section.split("Minus `rope` on each side", 1)
   rows = {r[0]: r[1:] for r in _rows(ranking, "") if r[0] not in ("position", "---")}
   assert rows["rope"][:2] == ["3 / 3", "0.700 (3) / 0.950 (1)"]
   assert rows["alibi"][1] == "0.900 (1) / 0.900 (2)"
@@ -593,6 +593,47 @@ def test_report_compares_rankings_of_one_task_at_two_model_sizes(tmp_path):
   assert diff_rows == {"alibi": "**+0.200** / **-0.050**", "nope": "+0.100 / **-0.350**"}
   only_small = ex.Preset(tasks=(small,), kinds=("rope", "alibi", "nope"), seeds=(0, 1, 2))
   assert "### Model size" not in report_lib.report(only_small, results)
+
+
+def test_report_sets_the_rankings_of_two_tasks_side_by_side_each_in_its_metric(tmp_path):
+  """`Preset.cross_task`: each kind's mean and rank on both tasks, Dyck's in
+  closing-bracket accuracy and ListOps' in token accuracy, the ranks'
+  correlation and its permutation p; no pair named, no section."""
+  results = str(tmp_path)
+  dyck, listops = ex.TaskSpec("dyck"), ex.TaskSpec("listops_depth")
+  # test_depth: dyck close accuracy nope > alibi > rope > fire (token accuracy
+  # the reverse, unread); listops alibi > rope > fire > nope.
+  close = {"rope": 0.8, "alibi": 0.9, "nope": 0.95, "fire": 0.7}
+  listops_means = {"rope": 0.8, "alibi": 0.85, "nope": 0.6, "fire": 0.7}
+  summaries = []
+  for kind in close:
+    for seed in range(3):
+      s = _summary(kind, seed, valid=0.99, test_depth=1.0 - close[kind])
+      s["splits"]["test_depth"]["close_accuracy"] = close[kind] + 0.01 * (seed - 1)
+      s.update(task="dyck", config="configs/dyck.py")
+      o = _summary(kind, seed, valid=0.99, test_depth=listops_means[kind])
+      o.update(task="listops_depth", config="configs/listops_depth.py")
+      summaries += [s, o]
+  _write(results, summaries)
+  preset = ex.Preset(tasks=(dyck, listops), kinds=tuple(close), seeds=(0, 1, 2),
+                     cross_task=(("dyck", "listops_depth"),))
+  section = report_lib.report(preset, results).split("### Across tasks", 1)[1]
+  assert ("`dyck` (closing-bracket accuracy) against `listops_depth` (token accuracy)"
+          in section)
+  ranking, differences = section.split("Minus `rope` on each side", 1)
+  rows = {r[0]: r[1:] for r in _rows(ranking, "") if r[0] not in ("position", "---")}
+  assert list(rows)[:4] == ["alibi", "rope", "fire", "nope"]  # by listops_depth's mean
+  assert rows["nope"] == ["3 / 3", "0.950 (1) / 0.600 (4)"]
+  assert rows["alibi"][1] == "0.900 (2) / 0.850 (1)"
+  # Ranks (1, 2, 3, 4) against (4, 1, 2, 3): sum of squared rank differences
+  # 12, rho = 1 - 12 / 10 = -0.2. Of the 24 orders of 4, 22 have |rho| >= 0.2
+  # (sum <= 8 or >= 12: 11 each), so the exact p is 22 / 24.
+  assert rows["rank correlation (Spearman)"][1] == "-0.20"
+  assert rows["its permutation p (two-sided)"][1] == "0.92"
+  diff_rows = {r[0]: r[1] for r in _rows(differences, "") if r[0] in ("alibi", "nope")}
+  assert diff_rows["nope"] == "**+0.150** / **-0.200**"
+  plain = dataclasses.replace(preset, cross_task=())
+  assert "### Across tasks" not in report_lib.report(plain, results)
 
 
 def test_report_pairs_randomized_encodings_with_their_bases_and_across_tasks(tmp_path):
