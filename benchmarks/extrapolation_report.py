@@ -457,7 +457,7 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
   sizes = rank_comparison_report.model_size_section(preset, table)
   if sizes:
     parts += ["### Model size", sizes]
-  across = rank_comparison_report.cross_task_section(preset, table)
+  across = rank_comparison_report.cross_task_section(preset, table, plots_dir, link_base)
   if across:
     parts += ["### Across tasks", across]
   randomization = randomization_section(table)

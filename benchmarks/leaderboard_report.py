@@ -159,13 +159,6 @@ def _metric(scratch: dict, split: str) -> str:
           else "accuracy")
 
 
-def _error_bar(interval: dict):
-  """matplotlib's `[[below], [above]]` of a `stats.seed_interval` (None for one seed)."""
-  if interval["ci95"] is None:
-    return None
-  return [[interval["mean"] - interval["ci95"][0]], [interval["ci95"][1] - interval["mean"]]]
-
-
 def targets_plot(task: str, groups: dict, targets: dict[str, float], path: str) -> str | None:
   """Each scratch kind's mean on the first target split (x) against the
   second (y), with its seed intervals as error bars and the targets as
@@ -187,14 +180,7 @@ def targets_plot(task: str, groups: dict, targets: dict[str, float], path: str) 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, ax = plt.subplots(figsize=(7, 5.5))
-  styles = plot_style.kind_styles(points)
-  for kind, (x, y) in points.items():
-    style = styles[kind]
-    ax.errorbar(x["mean"], y["mean"], xerr=_error_bar(x), yerr=_error_bar(y), color=style["color"],
-                marker=style["marker"], ms=5, lw=0.8, capsize=2,
-                label=f"{kind} ({x['n']} seed{'s' * (x['n'] > 1)})")
-    ax.annotate(kind, (x["mean"], y["mean"]), textcoords="offset points", xytext=(4, 3),
-                fontsize=6, color=style["color"])
+  plot_style.kinds_scatter(ax, points)
   ax.axvline(target_x, color="grey", ls="--", lw=0.8)
   ax.axhline(target_y, color="grey", ls="--", lw=0.8)
   # Room past both targets, so that a line at the edge still reads as one.

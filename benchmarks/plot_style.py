@@ -80,6 +80,29 @@ def band(ci95, seeds: int):
   return max(0.0, lo), min(1.0, hi)
 
 
+def error_bar(interval: dict):
+  """matplotlib's `[[below], [above]]` of a `stats.seed_interval` (None for one seed)."""
+  if interval["ci95"] is None:
+    return None
+  return [[interval["mean"] - interval["ci95"][0]], [interval["ci95"][1] - interval["mean"]]]
+
+
+def kinds_scatter(ax, points: dict[str, tuple[dict, dict]]) -> None:
+  """Each kind a labelled point at its mean on two axes, `points`: {kind:
+  (x interval, y interval)} (`stats.seed_interval`s), with its seed
+  intervals as error bars, in its `kind_styles` colour and marker; the
+  legend counts its seeds (x / y where they differ)."""
+  styles = kind_styles(points)
+  for kind, (x, y) in points.items():
+    style = styles[kind]
+    seeds = (f"{x['n']} seed{'s' * (x['n'] > 1)}" if x["n"] == y["n"]
+             else f"{x['n']} / {y['n']} seeds")
+    ax.errorbar(x["mean"], y["mean"], xerr=error_bar(x), yerr=error_bar(y), color=style["color"],
+                marker=style["marker"], ms=5, lw=0.8, capsize=2, label=f"{kind} ({seeds})")
+    ax.annotate(kind, (x["mean"], y["mean"]), textcoords="offset points", xytext=(4, 3),
+                fontsize=6, color=style["color"])
+
+
 def legend_outside(fig, axes) -> None:
   """One legend for the figure, right of the panels (a roster's legend covers a panel)."""
   seen = {}

@@ -16,9 +16,30 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
+import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
 from report_tables import markdown_table, metric_value, seed_values  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 METRIC_NAMES = {"close_accuracy": "closing-bracket accuracy", "accuracy": "token accuracy"}
+
+
+def _shared(groups_pair: tuple[dict, dict]):
+  """What two sets of cells share: (each side's scratch cells, the kinds both
+  ran, the held-out splits both have, each side's metric, each side's
+  {split: {kind: {seed: value}}}); None under 2 kinds or without a split."""
+  scratch = [{key[1]: runs for key, runs in groups.items() if key[0] == "scratch" and runs}
+             for groups in groups_pair]
+  kinds = [k for k in scratch[1] if k in scratch[0]]
+  if len(kinds) < 2:
+    return None
+  first = [next(iter(sc[kinds[0]].values())) for sc in scratch]
+  splits = [s for s in first[0]["splits"] if s in first[1]["splits"] and s != "valid"]
+  if not splits:
+    return None
+  metrics = ["close_accuracy" if metric_value(f, splits[0], "close_accuracy") is not None
+             else "accuracy" for f in first]
+  values = [{split: {k: v for k in kinds if (v := seed_values(sc[k], split, metric))}
+             for split in splits} for sc, metric in zip(scratch, metrics)]
+  return scratch, kinds, splits, metrics, values
 
 
 def rank_comparison(groups_pair: tuple[dict, dict], intro: str, sides: str) -> str:
@@ -34,19 +55,10 @@ def rank_comparison(groups_pair: tuple[dict, dict], intro: str, sides: str) -> s
   within it. `intro(metrics)`: the sentence before the table, given each
   side's metric name; `sides`: how a cell names its two values ("small /
   large")."""
-  scratch = [{key[1]: runs for key, runs in groups.items() if key[0] == "scratch" and runs}
-             for groups in groups_pair]
-  kinds = [k for k in scratch[1] if k in scratch[0]]
-  if len(kinds) < 2:
+  shared = _shared(groups_pair)
+  if shared is None:
     return ""
-  first = [next(iter(sc[kinds[0]].values())) for sc in scratch]
-  splits = [s for s in first[0]["splits"] if s in first[1]["splits"] and s != "valid"]
-  if not splits:
-    return ""
-  metrics = ["close_accuracy" if metric_value(f, splits[0], "close_accuracy") is not None
-             else "accuracy" for f in first]
-  values = [{split: {k: v for k in kinds if (v := seed_values(sc[k], split, metric))}
-             for split in splits} for sc, metric in zip(scratch, metrics)]
+  scratch, kinds, splits, metrics, values = shared
   means = [{split: {k: float(np.mean(list(v.values()))) for k, v in by_split[split].items()}
             for split in splits} for by_split in values]
   order = sorted(kinds, key=lambda k: -np.mean([means[1][s].get(k, -1.0) for s in splits]))
@@ -120,6 +132,32 @@ def cross_task(first: str, second: str, first_groups: dict, second_groups: dict)
       f"`{first}` / `{second}`")
 
 
+def cross_task_plot(first: str, second: str, first_groups: dict, second_groups: dict,
+                    path: str) -> str | None:
+  """One panel per held-out split both tasks have: each kind's mean on the
+  first task (x) against the second (y), with its seed intervals; None
+  unless some kind has both."""
+  shared = _shared((first_groups, second_groups))
+  if shared is None:
+    return None
+  _, kinds, splits, metrics, values = shared
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, axes = plt.subplots(1, len(splits), figsize=(5.5 * len(splits), 5), squeeze=False)
+  for ax, split in zip(axes.flat, splits):
+    plot_style.kinds_scatter(ax, {
+        k: (stats.seed_interval(list(values[0][split][k].values())),
+            stats.seed_interval(list(values[1][split][k].values())))
+        for k in kinds if k in values[0][split] and k in values[1][split]})
+    ax.set_xlabel(f"{first}: {METRIC_NAMES[metrics[0]]}")
+    ax.set_ylabel(f"{second}: {METRIC_NAMES[metrics[1]]}")
+    ax.set_title(split, fontsize=9)
+    ax.grid(alpha=0.3)
+  return plot_style.save(fig, axes, path, f"Each kind on `{first}` against `{second}` "
+                         "(scratch runs; mean over seeds, 95% intervals)")
+
+
 def model_size_section(preset, table: dict) -> str:
   """`size_comparison` for each task of the preset run at a second model size
   (tasks sharing a config file: the first listed is the smaller)."""
@@ -132,8 +170,15 @@ def model_size_section(preset, table: dict) -> str:
   return "\n\n".join(p for p in parts if p)
 
 
-def cross_task_section(preset, table: dict) -> str:
-  """`cross_task` for each pair of tasks in `preset.cross_task` that both ran."""
-  parts = [cross_task(a, b, table[a], table[b]) for a, b in preset.cross_task
-           if a in table and b in table]
-  return "\n\n".join(p for p in parts if p)
+def cross_task_section(preset, table: dict, plots_dir: str, link_base: str) -> str:
+  """`cross_task` and its plot (`plots_dir/across_<first>_<second>.png`,
+  linked relative to `link_base`) for each pair of tasks in
+  `preset.cross_task` that both ran."""
+  parts = []
+  for a, b in preset.cross_task:
+    if a in table and b in table and (text := cross_task(a, b, table[a], table[b])):
+      png = cross_task_plot(a, b, table[a], table[b],
+                            os.path.join(plots_dir, f"across_{a}_{b}.png"))
+      parts.append(text + (f"\n\n![{a} against {b}]({os.path.relpath(png, link_base)})"
+                           if png else ""))
+  return "\n\n".join(parts)

@@ -617,9 +617,12 @@ def test_report_sets_the_rankings_of_two_tasks_side_by_side_each_in_its_metric(t
   _write(results, summaries)
   preset = ex.Preset(tasks=(dyck, listops), kinds=tuple(close), seeds=(0, 1, 2),
                      cross_task=(("dyck", "listops_depth"),))
-  section = report_lib.report(preset, results).split("### Across tasks", 1)[1]
+  section = report_lib.report(preset, results, link_base=str(tmp_path)).split(
+      "### Across tasks", 1)[1]
   assert ("`dyck` (closing-bracket accuracy) against `listops_depth` (token accuracy)"
           in section)
+  assert "![dyck against listops_depth](plots/across_dyck_listops_depth.png)" in section
+  assert os.path.getsize(tmp_path / "plots" / "across_dyck_listops_depth.png") > 0
   ranking, differences = section.split("Minus `rope` on each side", 1)
   rows = {r[0]: r[1:] for r in _rows(ranking, "") if r[0] not in ("position", "---")}
   assert list(rows)[:4] == ["alibi", "rope", "fire", "nope"]  # by listops_depth's mean

@@ -62,3 +62,15 @@ def test_band_needs_three_seeds_and_stays_in_the_unit_interval():
   assert plot_style.band(None, 5) is None
   assert plot_style.band((-0.4, 1.3), 3) == (0.0, 1.0)
   assert plot_style.band((0.2, 0.6), 5) == (0.2, 0.6)
+
+
+def test_kinds_scatter_labels_each_kind_with_its_seeds_on_each_axis():
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import stats  # pylint: disable=g-import-not-at-top
+  three, one = stats.seed_interval([0.5, 0.6, 0.7]), stats.seed_interval([0.8])
+  fig, ax = plt.subplots()
+  plot_style.kinds_scatter(ax, {"rope": (three, three), "alibi": (three, one)})
+  assert sorted(ax.get_legend_handles_labels()[1]) == ["alibi (3 / 1 seeds)", "rope (3 seeds)"]
+  assert sorted(t.get_text() for t in ax.texts) == ["alibi", "rope"]
+  plt.close(fig)
