@@ -112,7 +112,7 @@ from run_summary import (  # pylint: disable=g-import-not-at-top,wrong-import-po
     TOOK, calibration_record, logged_seconds, read_json, summary_of, summary_path, trained)
 from bifocal_jax import host  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from extrapolation_report import BUDGETS_FILE, load_budgets  # pylint: disable=g-import-not-at-top,wrong-import-position
+from extrapolation_report import BUDGETS_FILE, cells, load_budgets  # pylint: disable=g-import-not-at-top,wrong-import-position
 from leaderboard_report import STEP_COSTS_FILE, step_costs  # pylint: disable=g-import-not-at-top,wrong-import-position
 import progress_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -443,22 +443,12 @@ class Sweep:
     run of its task and arm; None without any (or for a population)."""
     if isinstance(unit, PopulationRun):
       return None
-    own, scratch, every = [], collections.defaultdict(list), []
-    for path in glob.glob(os.path.join(self.results_dir, unit.task.name, "*", "*",
-                                       "seed*.json")):
-      summary = read_json(path) or {}
-      if not isinstance(seconds := summary.get("seconds"), (int, float)):
-        continue
-      arm_dir, group = os.path.split(os.path.dirname(path))
-      arm = os.path.basename(arm_dir)
-      if arm == "scratch" and isinstance(summary.get("kind"), str):
-        scratch[summary["kind"]].append(seconds)
-      if arm == unit.arm:
-        every.append(seconds)
-        if group == unit.group:
-          own.append(seconds)
-    return progress_report.expected_seconds(unit.kind, own, scratch, every,
-                                            step_costs(self.step_costs_file)[1])
+    summaries = [s for path in glob.glob(os.path.join(self.results_dir, unit.task.name, "*",
+                                                       "*", "seed*.json"))
+                 if isinstance((s := read_json(path) or {}).get("seconds"), (int, float))
+                 and all(k in s for k in ("task", "kind", "arm", "group", "seed"))]
+    return progress_report.run_seconds(cells(summaries), unit,
+                                       step_costs(self.step_costs_file)[1])
 
   def _fits(self, unit: Run | PopulationRun, stop_by: float, passed_over: set[str]) -> bool:
     """Whether `unit` is expected to end by `stop_by` (one of unknown length:

@@ -1123,7 +1123,8 @@ def _finished(results_dir, run, seconds):
   path = run_summary.summary_path(results_dir, run)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, "w") as f:
-    json.dump({"kind": run.kind, "seconds": seconds}, f)
+    json.dump({"task": run.task.name, "kind": run.kind, "arm": run.arm, "group": run.group,
+               "seed": run.seed, "seconds": seconds}, f)
 
 
 def _step_costs_file(path, kinds_over_rope: list[dict]) -> str:
