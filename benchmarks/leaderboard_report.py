@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling mo
 from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 import extrapolation_runs as runs_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
-from report_tables import fmt_interval, markdown_table, metric_value, seed_values  # pylint: disable=g-import-not-at-top,wrong-import-position
+from report_tables import METRIC_NAMES, fmt_interval, markdown_table, metric_value, seed_values  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # Every kind's training step time against RoPE's (`step_benchmark.py --kinds=all`).
 STEP_COSTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
@@ -137,7 +137,7 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
               *_board(overall, None, "", scratch, costs), ""]
   if not parts:
     return ""
-  name = "closing-bracket accuracy" if metric == "close_accuracy" else "token accuracy"
+  name = METRIC_NAMES[metric]
   cost = (" The step time is the training step's, over RoPE's, measured on the CPU "
           f"(`benchmarks/results/{os.path.basename(STEP_COSTS_FILE)}`, its configs "
           f"{', '.join(f'`{c}`' for c in configs)}; command in README, Performance): what a "
@@ -186,9 +186,10 @@ def targets_plot(task: str, groups: dict, targets: dict[str, float], path: str) 
   # Room past both targets, so that a line at the edge still reads as one.
   ax.set_xlim(right=max(ax.get_xlim()[1], target_x + 0.01))
   ax.set_ylim(top=max(ax.get_ylim()[1], target_y + 0.02))
-  name = {"close_accuracy": "closing-bracket accuracy", "accuracy": "token accuracy"}
-  ax.set_xlabel(f"{split_x}: {name[_metric(scratch, split_x)]} (target {target_x:g}, dashed)")
-  ax.set_ylabel(f"{split_y}: {name[_metric(scratch, split_y)]} (target {target_y:g}, dashed)")
+  ax.set_xlabel(f"{split_x}: {METRIC_NAMES[_metric(scratch, split_x)]} (target {target_x:g}, "
+                "dashed)")
+  ax.set_ylabel(f"{split_y}: {METRIC_NAMES[_metric(scratch, split_y)]} (target {target_y:g}, "
+                "dashed)")
   ax.grid(alpha=0.3)
   return plot_style.save(fig, np.array([ax]), path, f"{task}: every kind against both targets "
                          "(scratch runs; mean over seeds, 95% intervals)")

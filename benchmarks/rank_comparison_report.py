@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import os
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -17,9 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
-from report_tables import markdown_table, metric_value, seed_values  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-METRIC_NAMES = {"close_accuracy": "closing-bracket accuracy", "accuracy": "token accuracy"}
+from report_tables import METRIC_NAMES, markdown_table, metric_value, seed_values  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def _shared(groups_pair: tuple[dict, dict]):
@@ -42,7 +41,8 @@ def _shared(groups_pair: tuple[dict, dict]):
   return scratch, kinds, splits, metrics, values
 
 
-def rank_comparison(groups_pair: tuple[dict, dict], intro: str, sides: str) -> str:
+def rank_comparison(groups_pair: tuple[dict, dict], intro: Callable[[list[str]], str],
+                    sides: str) -> str:
   """Two sets of runs' cells (`groups_pair`): per held-out split both have,
   each scratch kind both have, its mean over seeds and rank among those kinds
   (1 = best) on each side, with Spearman's rank correlation of the sides and

@@ -10,6 +10,10 @@ reads the same in every table of RESULTS.md.
 from __future__ import annotations
 
 
+# How the tables name a summary's accuracy metrics.
+METRIC_NAMES = {"close_accuracy": "closing-bracket accuracy", "accuracy": "token accuracy"}
+
+
 def metric_value(summary: dict, split: str, metric: str):
   """A run summary's `metric` on `split` (None where it has neither)."""
   r = summary["splits"].get(split)
