@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
-from report_tables import fmt_interval, markdown_table  # pylint: disable=g-import-not-at-top,wrong-import-position
+from report_tables import METRIC_NAMES, fmt_interval, markdown_table  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def _at_steps(runs: dict) -> list[int]:
@@ -40,8 +40,8 @@ def training_time_section(task: str, groups: dict, plots_dir: str, link_base: st
   any_run = next(iter(next(iter(scratch.values())).values()))
   splits = list(any_run["at_steps"][str(_at_steps(next(iter(scratch.values())))[-1])])
   close = any("close_accuracy" in r for r in any_run["splits"].values())
-  metric, name = ("close_accuracy", "closing-bracket accuracy") if close else (
-      "accuracy", "token accuracy")
+  metric = "close_accuracy" if close else "accuracy"
+  name = METRIC_NAMES[metric]
   parts = [f"Training time as an axis ({name}, mean over seeds [95% t-interval]) at each "
            "evaluated checkpoint of the same runs; the earlier checkpoints on the subsets the "
            "summaries name (`examples`), the last on the full evaluation sets:"]
