@@ -21,10 +21,12 @@ from bifocal_jax import tasks
 
 NAN_POLICIES = ("error", "skip")
 # Keys that may change between runs in one workdir without making it a
-# different experiment (see `workdir.check_config`).
+# different experiment (see `workdir.check_config`). Like the mesh, length
+# groups change only the order of float sums, not the update.
 RUNTIME_KEYS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "progress_bar",
                 "mesh", "init_from", "peak_flops", "async_checkpointing", "eval_examples",
-                "eval_batch_size", "prefetch", "population.data_workers", "precompile")
+                "eval_batch_size", "prefetch", "population.data_workers", "precompile",
+                "data.length_groups")
 
 
 class ConfigError(ValueError):

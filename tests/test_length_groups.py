@@ -4,6 +4,8 @@ own bucket; the grouped step computes the plain step's update (every position
 kind that draws nothing, to float rounding); a grouped run trains and resumes
 exactly; bad settings fail with the key named."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +15,7 @@ import helpers
 from bifocal_jax import config as config_lib
 from bifocal_jax import length_groups, positions, sharding, steps, tasks, train
 from bifocal_jax import metrics as metrics_lib
+from bifocal_jax import workdir as workdir_lib
 from bifocal_jax import state as state_lib
 from bifocal_jax.tasks import pipeline
 
@@ -90,6 +93,19 @@ def test_throughput_counts_each_groups_padded_shape():
   assert meter.steps == 2 and meter.tokens == 4 * 30 + 2 * 10 + 2 * 30
   assert meter.flops == 4 * 40 * 400 + 2 * 16 * 160 + 2 * 40 * 400
   assert meter.rates()["mfu"] > 0
+
+
+def test_a_run_resumes_with_other_length_groups_or_from_before_they_existed():
+  """Length groups change the order of float sums, not the experiment: a
+  workdir written without the key, or with other groups, resumes with them."""
+  new = workdir_lib.config_to_json(tiny_listops({"data.length_groups": 4}))
+  old = json.loads(json.dumps(new))
+  del old["data"]["length_groups"]
+  assert workdir_lib.config_differences(old, new) == []
+  assert workdir_lib.config_differences(
+      workdir_lib.config_to_json(tiny_listops({"data.length_groups": 2})), new) == []
+  other = workdir_lib.config_to_json(tiny_listops({"data.length_groups": 4, "seed": 7}))
+  assert workdir_lib.config_differences(new, other) == ["seed: 0 -> 7"]
 
 
 def grouped_and_plain(kind, num_steps, **overrides):
