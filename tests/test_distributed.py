@@ -115,3 +115,21 @@ def test_rerun_with_another_process_count_resumes_at_the_right_example(two_proce
   reference = losses(one_process)
   np.testing.assert_allclose([losses(records)[s] for s in range(11, 31)],
                              [reference[s] for s in range(11, 31)], rtol=1e-4)
+
+
+def test_two_processes_in_length_groups_reproduce_one_padded_batch(tmp_path, one_process,
+                                                                   compilation_cache_env):
+  """Length groups across processes: each process trains its rows of every
+  group (`pipeline` slices each group), every group at its own bucket; the
+  losses are the one-process run's on one padded batch."""
+  overrides = {"data.length_groups": 2, "buckets": (16, 24, 40)}
+  processes = helpers.start_processes(tmp_path / "run", tmp_path / "log", overrides,
+                                      num_processes=2, devices_per_process=2,
+                                      heartbeat_timeout=HEARTBEAT_TIMEOUT, **compilation_cache_env)
+  status = helpers.wait_all(processes, RUN_TIMEOUT)
+  assert status == [0, 0], [(tmp_path / f"log.{i}").read_text()[-3000:] for i in range(2)]
+  records = losses(helpers.read_metrics(tmp_path / "run"))
+  assert sorted(records) == list(range(1, 31))
+  reference = losses(one_process)
+  np.testing.assert_allclose([records[s] for s in range(1, 31)],
+                             [reference[s] for s in range(1, 31)], rtol=1e-4)
