@@ -19,7 +19,10 @@ longest row; `TrainStep` trains on them:
 The batch's token mean is the plain step's loss, so the update is the plain
 step's up to float rounding for every position kind that draws nothing
 (tested for each); the kinds that draw positions (the randomized ones) draw
-each group's from the step's key folded with the group index. `accumulate`
+each group's from the step's key folded with the group index: each row's
+positions keep their distribution (a uniform subset for its own length,
+whatever the padding), and a draw shared by a batch (randomized ALiBi's) is
+shared by a group. `accumulate`
 compiles once per group width (at most once per length bucket, as the plain
 step), `apply` once. Populations pad their members to one width and take no
 groups (config validation says so).
