@@ -102,9 +102,27 @@ def first_run_check(cells: dict, costs: dict[str, list[float]]) -> dict[str, flo
   return out
 
 
+def length_groups(overrides) -> int:
+  """The `data.length_groups` of a run's overrides (a summary's dict, or a
+  task's pairs): 1, one padded batch, where unset."""
+  return dict(overrides or {}).get("data.length_groups", 1)
+
+
+def trained_alike(cells: dict, groups: int) -> dict:
+  """One task's cells, only the runs trained in `groups` length groups
+  (`length_groups.py`: the same update, another step time), when any was;
+  else all of them."""
+  alike = {key: {seed: s for seed, s in seeds.items()
+                 if length_groups(s.get("overrides")) == groups}
+           for key, seeds in cells.items()}
+  alike = {key: seeds for key, seeds in alike.items() if seeds}
+  return alike or cells
+
+
 def run_seconds(table: dict, run: Run, costs: dict[str, list[float]]) -> float | None:
-  """`expected_seconds` of `run` from the summaries' cells (`table`)."""
-  cells = table.get(run.task.name, {})
+  """`expected_seconds` of `run` from the summaries' cells (`table`): those
+  trained in the run's length groups where any was (`trained_alike`)."""
+  cells = trained_alike(table.get(run.task.name, {}), length_groups(run.task.overrides))
   return expected_seconds(
       run.kind, [s["seconds"] for s in cells.get((run.arm, run.group), {}).values()],
       _scratch_seconds(cells),

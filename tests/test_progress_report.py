@@ -112,3 +112,25 @@ def test_first_run_check_expects_each_kind_as_if_it_had_not_run():
   # A kind the step benchmark has not timed is not checked.
   assert set(progress_report.first_run_check(table["dyck"], {"rope": [1.0], "alibi": [2.0]})
              ) == {"rope", "alibi"}
+
+
+def test_a_run_in_length_groups_is_expected_from_the_runs_trained_so():
+  """Once a run in length groups has landed on a task, its pending runs in
+  groups are timed from those (faster) runs only; before, from every run."""
+  grouped = runs_lib.TaskSpec("listops_depth", overrides=(("data.length_groups", 4),))
+  plain = [_summary("listops_depth", kind, seed, 800.0) for kind in ("rope", "alibi")
+           for seed in (0, 1)]
+  costs = {"rope": [1.0], "alibi": [1.0], "fire": [2.0]}
+  before = extrapolation_report.cells(plain)
+  assert progress_report.run_seconds(before, runs_lib.Run(grouped, "fire", 0),
+                                     costs) == pytest.approx(1600.0)
+  fast = dict(_summary("listops_depth", "rope", 2, 300.0), overrides={"data.length_groups": 4})
+  after = extrapolation_report.cells(plain + [fast])
+  # fire: the pace of the grouped runs only (rope's 300 s), alibi too (its own runs were plain).
+  assert progress_report.run_seconds(after, runs_lib.Run(grouped, "fire", 0),
+                                     costs) == pytest.approx(600.0)
+  assert progress_report.run_seconds(after, runs_lib.Run(grouped, "alibi", 2),
+                                     costs) == pytest.approx(300.0)
+  # A plain run of the task is still timed from the plain runs.
+  assert progress_report.run_seconds(after, runs_lib.Run(LISTOPS, "alibi", 2),
+                                     costs) == pytest.approx(800.0)
