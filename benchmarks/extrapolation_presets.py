@@ -104,10 +104,16 @@ _CONVERGED_DYCK = TaskSpec(
 # steps (its calibration first reached valid accuracy 0.9 at 2,500 steps:
 # 8x that is past the CPU's reach for 160 runs), earlier checkpoints at
 # 1,000, 2,000 and 4,000 steps on 500 examples a split.
+# Batches in 4 length groups (`length_groups.py`: the same update, to float
+# rounding, at 0.55x the step time on one core: README, Performance); runs
+# landed before 2026-12-05 12:45 UTC trained on one padded batch (their
+# summaries' overrides say which).
+_LENGTH_GROUPS = {"data.length_groups": 4}
 _CONVERGED_LISTOPS = TaskSpec(
     "listops_depth", ("valid", "test_length", "test_depth"), variant="minmax",
     # Checkpoints every 500 steps: the 16 of 8,000 steps are all kept (20), 1,000 among them.
-    overrides=_cpu_model(eval_every=1000, keep_checkpoints=20, checkpoint_every=500),
+    overrides=_cpu_model(eval_every=1000, keep_checkpoints=20, checkpoint_every=500,
+                         **_LENGTH_GROUPS),
     max_steps=8000, interval=500,
     at_steps=(1000, 2000, 4000), checkpoint_examples=500, probe=True,
     later_kinds=_CONVERGED_DYCK.later_kinds)
@@ -116,7 +122,7 @@ _CONVERGED_LISTOPS = TaskSpec(
 # and the spectral kinds (issue 30). Its just-fit budget is unmeasured: the
 # 2-layer model's stands in as the unit of the time axis.
 _PROTOCOL_MODEL = {"model.num_layers": 5, "model.num_heads": 8, "batch_size": 128,
-                   "learning_rate": 1e-3}
+                   "learning_rate": 1e-3, **_LENGTH_GROUPS}  # 0.43x (ListOps), 0.61x (Dyck)
 _PROTOCOL_MODEL_KINDS = ("nope", "rope", "alibi", "spectral", "bifocal_heads", "bifocal_pairs")
 _CONVERGED_DYCK_5LAYER = dataclasses.replace(
     _CONVERGED_DYCK, name="dyck_5layer", config_name="dyck",

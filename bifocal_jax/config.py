@@ -21,10 +21,12 @@ from bifocal_jax import tasks
 
 NAN_POLICIES = ("error", "skip")
 # Keys that may change between runs in one workdir without making it a
-# different experiment (see `workdir.check_config`).
+# different experiment (see `workdir.check_config`). Like the mesh, length
+# groups change only the order of float sums, not the update.
 RUNTIME_KEYS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "progress_bar",
                 "mesh", "init_from", "peak_flops", "async_checkpointing", "eval_examples",
-                "eval_batch_size", "prefetch", "population.data_workers", "precompile")
+                "eval_batch_size", "prefetch", "population.data_workers", "precompile",
+                "data.length_groups")
 
 
 class ConfigError(ValueError):
@@ -77,8 +79,11 @@ def base_config(task_name: str) -> ml_collections.ConfigDict:
   c.precompile = True
   # Training data (`tasks.pipeline`): "finite" epochs over task.train.size examples, or
   # "fresh" ones every step (as the original Chomsky-hierarchy trainer); lengths drawn
-  # "per_example" (mixed-length batches) or "per_batch" (their curriculum).
-  c.data = ml_collections.ConfigDict(dict(examples="finite", lengths="per_example"))
+  # "per_example" (mixed-length batches) or "per_batch" (their curriculum);
+  # length_groups > 1: each batch's rows trained in that many groups of similar
+  # length, each padded to its own bucket (the same update, less padding: length_groups.py).
+  c.data = ml_collections.ConfigDict(dict(examples="finite", lengths="per_example",
+                                          length_groups=1))
   c.task = tasks.default_task_config(task_name)
   c.model = model_lib.default_model_config()
   c.position = attention.default_position_config()
@@ -234,8 +239,19 @@ def _check_batches(config, task, heads: int, *, num_devices: int, num_processes:
   try:
     pipeline.check_sampling(task, config.data.examples, config.data.lengths)
     pipeline.read_options(config.prefetch)
+    pipeline.check_length_groups(config.data.length_groups, config.batch_size // num_processes)
   except ValueError as e:
     _reraise(e)
+  groups = config.data.length_groups
+  if groups > 1 and (config.batch_size // groups) % (data * fsdp):
+    _fail(
+        "data.length_groups", groups, f"must leave groups of rows divisible by the "
+        f"data-parallel devices (batch_size/length_groups={config.batch_size // groups}, "
+        f"data*fsdp={data * fsdp})")
+  if groups > 1 and is_population(config):
+    _fail(
+        "data.length_groups", groups, "not supported for a population (population.* set): "
+        "its members are padded to one width")
   if not 1 <= config.eval_examples <= task.split("valid").size:
     _fail("eval_examples", config.eval_examples,
           f"must be in [1, {task.split('valid').size}] (the size of the valid split)")

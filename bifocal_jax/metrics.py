@@ -19,10 +19,15 @@ import numpy as np
 
 def masked_cross_entropy(logits_BxLxV, targets_BxL, mask_BxL):
   """Mean token cross-entropy under the mask, and the mask's weight."""
+  total, weight = masked_cross_entropy_sum(logits_BxLxV, targets_BxL, mask_BxL)
+  return total / jnp.maximum(weight, 1.0), weight
+
+
+def masked_cross_entropy_sum(logits_BxLxV, targets_BxL, mask_BxL):
+  """Summed token cross-entropy under the mask, and the mask's weight."""
   logp = jax.nn.log_softmax(logits_BxLxV.astype(jnp.float32))
   nll = -jnp.take_along_axis(logp, targets_BxL[..., None], axis=-1)[..., 0]
-  weight = mask_BxL.sum()
-  return (nll * mask_BxL).sum() / jnp.maximum(weight, 1.0), weight
+  return (nll * mask_BxL).sum(), mask_BxL.sum()
 
 
 def accuracy_counts(logits_BxLxV, targets_BxL, mask_BxL, *, close_ids=None, class_ids=None,
@@ -108,24 +113,35 @@ class MetricsWindow:
 
 class Throughput:
   """Steps and tokens per second of this process since the last `reset`
-  (never a restored window's), and MFU when the device peak is known."""
+  (never a restored window's), and MFU when the device peak is known: the
+  model's FLOPs at each batch's padded shape (`flops_per_token(width)`), so
+  padding counts as computed and a smaller bucket as cheaper."""
 
-  def __init__(self, *, flops_per_step: float = 0.0, peak_flops: float = 0.0):
-    self.flops_per_step, self.peak_flops = flops_per_step, peak_flops
+  def __init__(self, *, flops_per_token: Callable[[int], float] | None = None,
+               peak_flops: float = 0.0):
+    self.flops_per_token, self.peak_flops = flops_per_token, peak_flops
     self.reset()
 
   def reset(self) -> None:
-    self.start, self.steps, self.tokens = time.perf_counter(), 0, 0
+    self.start, self.steps, self.tokens, self.flops = time.perf_counter(), 0, 0, 0.0
 
-  def count(self, batch: dict) -> None:
+  def count(self, batch: dict | tuple) -> None:
+    """One step of the local `batch` (`[B, L]` fields, a population's
+    `[P, B, L]`, or a tuple of length groups)."""
     self.steps += 1
-    self.tokens += int(np.asarray(batch["valid"]).sum()) * jax.process_count()
+    for group in batch if isinstance(batch, tuple) else (batch,):
+      valid = np.asarray(group["valid"])
+      self.tokens += int(valid.sum()) * jax.process_count()
+      if self.flops_per_token is not None and self.peak_flops > 0:
+        width = valid.shape[-1]
+        padded = valid.size * jax.process_count()
+        self.flops += padded * self.flops_per_token(width)
 
   def rates(self) -> dict:
     seconds = time.perf_counter() - self.start
     out = dict(steps_per_sec=self.steps / seconds, tokens_per_sec=self.tokens / seconds)
     if self.peak_flops > 0:
-      out["mfu"] = self.flops_per_step * self.steps / seconds / self.peak_flops
+      out["mfu"] = self.flops / seconds / self.peak_flops
     return out
 
 

@@ -50,8 +50,11 @@ TRAIN_FIELDS = ("inputs", "targets", "mask", "loss_mask", "valid")
 EVAL_FIELDS = TRAIN_FIELDS + ("length", "depth")
 
 
-def to_global_batch(batch: dict, mesh, fields=TRAIN_FIELDS) -> dict:
-  """Each process's local batch -> one global array per field, on the mesh."""
+def to_global_batch(batch: dict | tuple, mesh, fields=TRAIN_FIELDS) -> dict | tuple:
+  """Each process's local batch -> one global array per field, on the mesh
+  (a tuple of length groups, `length_groups.py`: each group so)."""
+  if isinstance(batch, tuple):
+    return tuple(to_global_batch(group, mesh, fields) for group in batch)
   sharding = sharding_lib.batch_sharding(mesh)
   return {k: jax.make_array_from_process_local_data(sharding, np.asarray(batch[k])) for k in fields}
 
@@ -85,13 +88,20 @@ def update(s: Setup, state, batch, rng):
   """One optimizer update, unguarded: `(params, opt_state, step metrics)`."""
   loss_fn = lambda p: loss_and_counts(s, p, batch, rng, train=True)
   (loss, (weight, counts)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+  return apply_gradients(
+      s, state, grads,
+      dict(loss=loss, loss_weight=weight, token_correct=counts["token_correct"].sum(),
+           token_total=counts["token_total"].sum()))
+
+
+def apply_gradients(s: Setup, state, grads, metrics: dict):
+  """The optimizer update by `grads` (of the loss in `metrics`), unguarded:
+  `(params, opt_state, metrics with the gradient norms)`."""
   grad_norm, spectral_grad_norm = grad_norms(grads)
   updates, opt_state = s.tx.update(grads, state["opt_state"], state["params"])
   params = optax.apply_updates(state["params"], updates)
-  metrics = dict(loss=loss, loss_weight=weight, grad_norm=grad_norm,
-                 spectral_grad_norm=spectral_grad_norm, token_correct=counts["token_correct"].sum(),
-                 token_total=counts["token_total"].sum())
-  return params, opt_state, metrics
+  return params, opt_state, dict(metrics, grad_norm=grad_norm,
+                                 spectral_grad_norm=spectral_grad_norm)
 
 
 def guard_nonfinite(state, params, opt_state, metrics, *, skip: bool):
@@ -136,9 +146,15 @@ def train_step(s: Setup, state, batch, base_key):
   """One training step, unjitted: `(new state, step metrics)`. `base_key`: the
   run's key, folded with the step (`make_train_step` closes over the seed's;
   a population vmaps this over its members' states, batches and keys)."""
-  config = s.config
   rng = jax.random.fold_in(base_key, state["step"])
   params, opt_state, metrics = update(s, state, batch, rng)
+  return finish_step(s, state, params, opt_state, metrics)
+
+
+def finish_step(s: Setup, state, params, opt_state, metrics):
+  """The step after the update: the `nan_policy` guard, the next step and
+  Spectral Evolution's record: `(new state, step metrics)`."""
+  config = s.config
   params, opt_state, nonfinite, next_step, skipped = guard_nonfinite(
       state, params, opt_state, metrics, skip=config.nan_policy == "skip")
   trajectory = state["trajectory"]

@@ -43,6 +43,7 @@ from bifocal_jax import checkpoint as checkpoint_lib
 from bifocal_jax import config as config_lib
 from bifocal_jax import evaluate
 from bifocal_jax import init_from
+from bifocal_jax import length_groups
 from bifocal_jax import metrics as metrics_lib
 from bifocal_jax import model as model_lib
 from bifocal_jax import population
@@ -201,15 +202,16 @@ def _train(config, workdir, task, mesh, ckpt, source, hooks) -> dict:
     steps.check_finite(state)
     return summary
 
-  train_step = steps.make_train_step(s)
+  grouped = config.data.length_groups > 1
+  train_step = length_groups.TrainStep(s) if grouped else steps.make_train_step(s)
   if config.precompile and jax.process_count() == 1:
     train_step = _precompile(config, task, s, train_step, evaluator, state)
-  else:
+  elif not grouped:  # (a grouped step compiles ahead itself with several processes)
     train_step = sharding_lib.compile_ahead(train_step, "train_step")
   job = _Job(
       train_step=train_step, batches=data_iter,
       to_global=functools.partial(steps.to_global_batch, mesh=mesh),
-      meter=metrics_lib.Throughput(flops_per_step=_flops_per_step(config, task),
+      meter=metrics_lib.Throughput(flops_per_token=_flops_per_token(config, task),
                                    peak_flops=config.peak_flops), log=log,
       save=functools.partial(_save, ckpt, config, data_iter), close=writer.close, is_main=is_main)
   return _loop(config, workdir, ckpt, job, state, start, window, hooks)
@@ -236,17 +238,21 @@ def _restore_or_init(config, workdir, task, mesh, ckpt, source):
   return s, state, start, data_iter, metrics_lib.MetricsWindow.from_json(meta.get("metrics_window"))
 
 
-def _precompile(config, task, s, train_step, evaluator, state) -> steps.Precompiled:
+def _precompile(config, task, s, train_step, evaluator, state):
   """Compiles, before the first step and in parallel threads
   (`steps.compile_in_parallel`), the programs the run will need: the train
   step at the widths its batches will likely have (every bucket under the
-  per-batch length curriculum; with lengths drawn per example, nearly every
-  batch holds a long example, so the last bucket) and the evaluation step of
-  `valid`. Other widths compile when first seen, as without it. Returns the
-  train step; `evaluator` runs its compiled program."""
+  per-batch length curriculum or with length groups; with lengths drawn per
+  example, nearly every batch holds a long example, so the last bucket) and
+  the evaluation step of `valid`. Other widths compile when first seen, as
+  without it. Returns the train step; `evaluator` runs its compiled program."""
   buckets = _train_buckets(config, task)
-  widths = buckets if config.data.lengths == "per_batch" else buckets[-1:]
-  jobs = steps.train_step_jobs(s, train_step, widths)
+  grouped = isinstance(train_step, length_groups.TrainStep)
+  if grouped:
+    jobs = train_step.compile_jobs(buckets)
+  else:
+    widths = buckets if config.data.lengths == "per_batch" else buckets[-1:]
+    jobs = steps.train_step_jobs(s, train_step, widths)
   jobs["valid"] = evaluator.compile_job(state["params"], "valid", num_examples=config.eval_examples)
   start = time.perf_counter()
   compiled = steps.compile_in_parallel(jobs, mesh=s.mesh)
@@ -254,6 +260,9 @@ def _precompile(config, task, s, train_step, evaluator, state) -> steps.Precompi
                time.perf_counter() - start)
   eval_args = jobs["valid"][1]
   evaluator.use_compiled({eval_args[1]["inputs"].shape: compiled.pop("valid")[0]})
+  if grouped:
+    train_step.use_compiled(compiled)
+    return train_step
   return steps.Precompiled(train_step, {
       w: c[0] for (_, w), c in compiled.items()
   }, key_fn=steps.batch_width)
@@ -270,13 +279,17 @@ def _data_iterator(config, task, *, start_step: int):
                              seed=config.seed, buckets=_train_buckets(config, task),
                              process_index=jax.process_index(), process_count=jax.process_count(),
                              start_step=start_step, examples=config.data.examples,
-                             lengths=config.data.lengths, prefetch=config.prefetch))
+                             lengths=config.data.lengths, length_groups=config.data.length_groups,
+                             prefetch=config.prefetch))
 
 
-def _flops_per_step(config, task) -> float:
-  seq_len = _train_buckets(config, task)[-1]
-  return model_lib.flops_per_token(config.model, vocab_size=task.vocab_size,
-                                   seq_len=seq_len) * config.batch_size * seq_len
+def _flops_per_token(config, task) -> Callable[[int], float]:
+  """The model's FLOPs per token of a batch padded to a width (for MFU)."""
+
+  def at_width(width: int) -> float:
+    return model_lib.flops_per_token(config.model, vocab_size=task.vocab_size, seq_len=width)
+
+  return at_width
 
 
 def _evaluate_valid(evaluator: evaluate.Evaluator, state, config) -> dict:
@@ -335,7 +348,7 @@ def _train_population(config, workdir, task, mesh, ckpt, hooks) -> dict:
   job = _Job(
       train_step=population.make_train_step(pop), batches=batches,
       to_global=functools.partial(population.to_global_batch, mesh=mesh),
-      meter=metrics_lib.Throughput(flops_per_step=_flops_per_step(config, task) * pop.size,
+      meter=metrics_lib.Throughput(flops_per_token=_flops_per_token(config, task),
                                    peak_flops=config.peak_flops), log=logs.write,
       save=functools.partial(_save_population, ckpt, config), close=close)
   return _loop(config, workdir, ckpt, job, state, start, window, hooks)

@@ -27,9 +27,10 @@ TEST_OVERRIDES = {"buckets": (40,), "log_every": 1, "eval_every": 10, "spectral.
 TIMING_KEYS = ("time", "steps_per_sec", "tokens_per_sec")
 
 
-def tiny_config(overrides: dict | None = None):
-  """The test config, with `{"dotted.key": value}` overrides on top."""
-  config = config_lib.load_file(ROOT / "configs" / "dyck.py", "tiny")
+def tiny_config(overrides: dict | None = None, config_file: str = "dyck.py"):
+  """The test config (of another task: its file's `tiny`), with `{"dotted.key": value}`
+  overrides on top."""
+  config = config_lib.load_file(ROOT / "configs" / config_file, "tiny")
   for key, value in {**TEST_OVERRIDES, **(overrides or {})}.items():
     *parents, name = key.split(".")
     node = config

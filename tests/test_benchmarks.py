@@ -37,6 +37,17 @@ def test_step_benchmark(tmp_path):
   assert r["pipeline_over_step"] > 0 and r["steps"]["bifocal"]["compile_seconds"] > 0
 
 
+def test_length_groups_benchmark(tmp_path):
+  (r,) = run_script("length_groups", "--tasks=smoke", "--groups=1,2", "--steps=2", "--rounds=1",
+                    tmp_path=tmp_path)["results"]
+  plain, grouped = r["groups"]["1"], r["groups"]["2"]
+  assert plain["over_plain"] == 1.0 and grouped["over_plain"] > 0
+  assert plain["seconds_per_step"] > 0 and grouped["seconds_per_step"] > 0
+  # Groups pad less (or as little); every step holds the same real tokens.
+  assert r["real_tokens_per_step"] <= grouped["padded_tokens_per_step"]
+  assert grouped["padded_tokens_per_step"] <= plain["padded_tokens_per_step"]
+
+
 def test_autodiff_layer_norm_baseline_is_the_same_function_inside_its_context():
   sys.path.insert(0, str(helpers.ROOT / "benchmarks"))
   import baseline_layer_norm  # pylint: disable=g-import-not-at-top

@@ -42,6 +42,14 @@ BAD_CONFIGS = {
     "buckets shorter than the data": ({"buckets": (16, 32)}, "buckets=(16, 32)"),
     "unknown training examples": ({"data.examples": "new"}, "data.examples='new'"),
     "one length per batch of Dyck": ({"data.lengths": "per_batch"}, "data.lengths='per_batch'"),
+    "zero length groups": ({"data.length_groups": 0}, "data.length_groups=0: must be a positive"),
+    "length groups that do not divide the batch": ({"data.length_groups": 3},
+                                                   "data.length_groups=3: must divide"),
+    "length groups the data-parallel devices cannot split": (
+        {"data.length_groups": 2}, "data.length_groups=2: must leave groups of rows divisible"),
+    "length groups of a population": (
+        {"data.length_groups": 2, "batch_size": 16, "population.seeds": (0, 1)},
+        "data.length_groups=2: not supported for a population"),
     "negative population seed": ({"population.seeds": (0, -1)}, "population.seeds=(0, -1)"),
     "repeated population seed": ({"population.seeds": (1, 1)}, "population.seeds=(1, 1)"),
     "zero population learning rate": ({"population.learning_rates": (1e-3, 0.0)},

@@ -25,6 +25,13 @@ bucket that holds the longest example of the global batch
 bucket). Lengths are known without generating the examples
 (`Task.sequence_lengths`), so each process only generates its own rows.
 
+With `length_groups=k > 1` a training batch is a tuple of k batches instead:
+the global batch's rows sorted by length (stable) and cut into k equal
+groups, each padded to the smallest bucket that holds its own longest
+example; process p gets its slice of each group. The same rows as the one
+padded batch, in less padding (ListOps' batches are two-thirds padding); the
+train step (`length_groups.py`) computes the same token-mean loss over them.
+
 Both pipelines are grain datasets over steps (a step's indices are computed
 vectorised, not element by element through grain). The iterator of
 `train_dataset` is a grain `DatasetIterator`: its state (the next step) is saved and restored with `grain.checkpoint.CheckpointSave` /
@@ -104,6 +111,29 @@ def _local_batch(task: base.Task, split: str, buckets: tuple[int, ...], batch_si
                        batch_size)
 
 
+def split_by_length(lengths: np.ndarray, groups: int) -> list[np.ndarray]:
+  """Row indices of `lengths` in `groups` equal parts, shortest rows first
+  (a stable sort: rows of one length keep their order)."""
+  if len(lengths) % groups:
+    raise ValueError(f"length_groups={groups}: must divide the global batch ({len(lengths)} rows)")
+  return np.split(np.argsort(lengths, kind="stable"), groups)
+
+
+def _local_groups(task: base.Task, buckets: tuple[int, ...], batch_size: int, process_index: int,
+                  groups: int, global_indices: np.ndarray, length: int | None = None,
+                  unbounded: bool = False) -> tuple[dict[str, np.ndarray], ...]:
+  """This process's rows of each length group of a global training batch
+  (`split_by_length`), each group padded to its own bucket."""
+  lengths = task.sequence_lengths("train", global_indices, length)
+  rows = batch_size // groups
+  out = []
+  for part in split_by_length(lengths, groups):
+    width = buckets[np.searchsorted(buckets, lengths[part].max())]
+    local = global_indices[part[process_index * rows:(process_index + 1) * rows]]
+    out.append(task.batch("train", local, width, length=length, unbounded=unbounded))
+  return tuple(out)
+
+
 def train_indices(step: int, *, global_batch_size: int, size: int, seed: int) -> np.ndarray:
   """Example indices of the global batch of `step`: positions of the endless
   sequence that concatenates one permutation of [0, size) per epoch."""
@@ -143,15 +173,28 @@ def check_sampling(task: base.Task, examples: str, lengths: str):
                      "length (use 'per_example')")
 
 
+def check_length_groups(groups: int, batch_size_per_process: int) -> None:
+  """A ValueError naming the key unless `groups` is a positive integer that
+  divides this process's rows of the batch."""
+  if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+    raise ValueError(f"data.length_groups={groups!r}: must be a positive integer (1: one "
+                     "padded batch)")
+  if batch_size_per_process % groups:
+    raise ValueError(f"data.length_groups={groups}: must divide each process's batch "
+                     f"({batch_size_per_process} rows)")
+
+
 def train_batch_fn(task: base.Task, *, batch_size_per_process: int, seed: int,
                    buckets: Sequence[int], process_index: int = 0, process_count: int = 1,
-                   examples: str = "finite", lengths: str = "per_example"):
+                   examples: str = "finite", lengths: str = "per_example", length_groups: int = 1):
   """`batch_of_step(step)`: this process's training batch of `step`, a pure
   function of the arguments and the step (what `train_dataset` maps over steps;
-  a population stacks several). `examples` and `lengths`: see the module docstring.
+  a population stacks several). `examples`, `lengths` and `length_groups`
+  (above 1: a tuple of that many batches): see the module docstring.
   """
   _check_layout(batch_size_per_process, process_index, process_count)
   check_sampling(task, examples, lengths)
+  check_length_groups(length_groups, batch_size_per_process)
   buckets = check_buckets(buckets, task.max_sequence_length("train"))
   global_batch_size = batch_size_per_process * process_count
   if examples == "fresh":
@@ -162,8 +205,12 @@ def train_batch_fn(task: base.Task, *, batch_size_per_process: int, seed: int,
   spec = task.split("train")
   length_of_step = functools.partial(batch_length, seed=seed, min_length=spec.min_length,
                                      max_length=spec.max_length)
-  local_batch = functools.partial(_local_batch, task, "train", buckets, batch_size_per_process,
-                                  process_index, unbounded=examples == "fresh")
+  if length_groups == 1:
+    local_batch = functools.partial(_local_batch, task, "train", buckets, batch_size_per_process,
+                                    process_index, unbounded=examples == "fresh")
+  else:
+    local_batch = functools.partial(_local_groups, task, buckets, batch_size_per_process,
+                                    process_index, length_groups, unbounded=examples == "fresh")
   return functools.partial(_batch_of_step, indices_of_step, length_of_step, local_batch,
                            lengths == "per_batch")
 
@@ -176,16 +223,18 @@ def _batch_of_step(indices_of_step, length_of_step, local_batch, per_batch: bool
 def train_dataset(task: base.Task, *, batch_size_per_process: int, seed: int,
                   buckets: Sequence[int], process_index: int = 0, process_count: int = 1,
                   start_step: int = 0, examples: str = "finite", lengths: str = "per_example",
-                  prefetch: int = PREFETCH) -> grain.IterDataset:
+                  length_groups: int = 1, prefetch: int = PREFETCH) -> grain.IterDataset:
   """Endless training batches of this process, from step `start_step` on.
 
   Deterministic given `seed` (the order, and the lengths per batch; the
   examples themselves come from the task's seed) and the process layout.
-  `examples` and `lengths`: see the module docstring; `prefetch`: `read_options`.
+  `examples`, `lengths` and `length_groups`: see the module docstring;
+  `prefetch`: `read_options`.
   """
   batch_of_step = train_batch_fn(task, batch_size_per_process=batch_size_per_process, seed=seed,
                                  buckets=buckets, process_index=process_index,
-                                 process_count=process_count, examples=examples, lengths=lengths)
+                                 process_count=process_count, examples=examples, lengths=lengths,
+                                 length_groups=length_groups)
   if start_step < 0:
     raise ValueError(f"start_step={start_step}: must be >= 0")
   options = read_options(prefetch)
