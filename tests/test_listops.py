@@ -5,6 +5,7 @@ tiny training run and its evaluation."""
 
 import collections
 import hashlib
+import random
 import subprocess
 import sys
 
@@ -16,6 +17,7 @@ from bifocal_jax import config as config_lib
 from bifocal_jax import evaluate as evaluate_lib
 from bifocal_jax import tasks
 from bifocal_jax import train
+from bifocal_jax.tasks import listops
 
 NAMES = ("listops", "listops_depth")
 
@@ -356,3 +358,21 @@ def test_tiny_training_run_and_its_evaluation(tmp_path):
 
 def task_depths(config, split):
   return tasks.get_task(config.task).split(split).depths
+
+
+def test_draw_is_numpys_cumsum_and_searchsorted_bitwise():
+  """`_draw` sums and searches in Python; every draw must stay the one the
+  numpy formula makes (examples are pure functions of seed, split, index)."""
+  gen = np.random.default_rng(0)
+  for trial in range(3000):
+    size = int(gen.integers(1, 80))
+    weights = gen.random(size) * 10.0**gen.integers(-200, 5, size)
+    weights[gen.random(size) < 0.3] = 0.0
+    if not weights.any():
+      weights[-1] = 1.0
+    seed = int(gen.integers(1 << 30))
+    expected_rng, rng = random.Random(seed), random.Random(seed)
+    cdf = np.cumsum(weights)
+    expected = min(int(np.searchsorted(cdf, expected_rng.random() * cdf[-1], side="right")),
+                   size - 1)
+    assert listops._draw(rng, weights) == expected, trial
