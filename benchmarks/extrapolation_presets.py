@@ -106,8 +106,8 @@ _CONVERGED_DYCK = TaskSpec(
 # 1,000, 2,000 and 4,000 steps on 500 examples a split.
 # Batches in length groups (`length_groups.py`: the same update, to float
 # rounding): 4 for the 2-layer model (0.52x the step time on one core; 8:
-# 0.51x), 8 for the 5-layer one (0.36-0.53x; 4: 0.44-0.61x, 16 as 8):
-# README, Performance. Runs landed before 2026-12-05 12:45 UTC trained on one
+# 0.51x), 8 for the 5-layer one (0.36x ListOps, 0.50x Dyck; 4: 0.42x, 0.58x;
+# 16: 0.34x, 0.52x): README, Performance. Runs landed before 2026-12-05 12:45 UTC trained on one
 # padded batch (their summaries' overrides say which).
 _CONVERGED_LISTOPS = TaskSpec(
     "listops_depth", ("valid", "test_length", "test_depth"), variant="minmax",

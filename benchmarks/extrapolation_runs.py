@@ -254,12 +254,28 @@ def _keeping(task: TaskSpec, overrides: dict, steps: Sequence[int]) -> dict:
   return {"keep_checkpoints": max(keep, needed)}
 
 
+def load_config(config: str, overrides: dict | None = None):
+  """The config `config` (`TaskSpec.config`: `configs/NAME.py[:variant]`)
+  with a run's `{"dotted.key": value}` overrides set, as `--config.KEY=VALUE`
+  sets them (a ValueError for a key the config lacks)."""
+  from bifocal_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  path, _, variant = config.partition(":")
+  out = config_lib.load_file(os.path.join(REPO, path), variant or None)
+  for key, value in (overrides or {}).items():
+    *parents, leaf = key.split(".")
+    node = out
+    for name in parents:
+      node = node.get(name) if hasattr(node, "get") else None
+    if node is None or not hasattr(node, "get") or leaf not in node:
+      raise ValueError(f"override {key!r}: not a key of {config}")
+    node[leaf] = value
+  return out
+
+
 @functools.lru_cache
 def _config_value(config: str, key: str):
   """`key` of the config `config` (`TaskSpec.config`: `configs/NAME.py[:variant]`)."""
-  from bifocal_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  path, _, variant = config.partition(":")
-  return config_lib.load_file(os.path.join(REPO, path), variant or None)[key]
+  return load_config(config)[key]
 
 
 def checkpoint_results_path(workdir: str, step: int) -> str:

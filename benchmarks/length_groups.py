@@ -31,7 +31,7 @@ import numpy as np
 from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks import bench_util, extrapolation_presets
+from benchmarks import bench_util, extrapolation_presets, extrapolation_runs
 from bifocal_jax import config as config_lib
 from bifocal_jax import length_groups, sharding, tasks
 from bifocal_jax import state as state_lib
@@ -54,16 +54,14 @@ def task_config(name: str, kind: str):
     config.batch_size = 8
   else:
     spec = {t.name: t for t in extrapolation_presets.PRESETS["converged"].tasks}[name]
-    config = bench_util.load_config(f"configs/{spec.config_name or spec.name}.py",
-                                    spec.variant or None)
-    for key, value in spec.overrides:
-      *parents, leaf = key.split(".")
-      node = config
-      for parent in parents:
-        node = node[parent]
-      node[leaf] = value
+    config = extrapolation_runs.load_config(spec.config, dict(spec.overrides))
   config.position.kind = kind
   return config
+
+
+def _groups(batch) -> tuple[dict, ...]:
+  """A pipeline batch as its length groups (one padded batch: one group)."""
+  return batch if isinstance(batch, tuple) else (batch,)
 
 
 def stepper(step, state, batches):
@@ -95,9 +93,9 @@ def bench_task(name: str, *, groups: list[int], kind: str, num_steps: int, round
       s, state = state_lib.setup(config, mesh, task=task)
       step = length_groups.TrainStep(s) if k > 1 else steps_lib.make_train_step(s)
       candidates[f"groups={k}"] = stepper(step, state, batches)
-      groups_of = lambda b: b if isinstance(b, tuple) else (b,)
-      padded[k] = np.mean([sum(g["inputs"].size for g in groups_of(b)) for b in host_batches])
-      real = np.mean([sum(int(g["valid"].sum()) for g in groups_of(b)) for b in host_batches])
+      padded[k] = np.mean([sum(g["inputs"].size for g in _groups(b)) for b in host_batches])
+    # Every candidate holds the same rows: the real tokens of the last.
+    real = np.mean([sum(int(g["valid"].sum()) for g in _groups(b)) for b in host_batches])
     for run in candidates.values():  # compile every width, warm up
       jax.block_until_ready(run())
     load_before = bench_util.load_average()

@@ -34,6 +34,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
+import extrapolation_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax.probe import FAR  # pylint: disable=g-import-not-at-top,wrong-import-position
 from report_tables import fmt_interval, markdown_table, scratch_first  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -108,18 +109,8 @@ def head_eyes(summary: dict) -> list[list[str]] | None:
 def _eyes_of_config(config_spec: str, overrides_json: str) -> list[list[str]]:
   # Shapes only (`nnx.eval_shape`): the eyes are static module attributes.
   from flax import nnx  # pylint: disable=g-import-not-at-top
-  from bifocal_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from bifocal_jax import probe, state, tasks  # pylint: disable=g-import-not-at-top
-  path, _, arg = config_spec.partition(":")
-  config = config_lib.load_file(os.path.join(REPO, path), arg or None)
-  for key, value in json.loads(overrides_json).items():
-    *parents, leaf = key.split(".")
-    node = config
-    for name in parents:
-      node = node.get(name) if hasattr(node, "get") else None
-    if node is None or not hasattr(node, "get") or leaf not in node:
-      raise ValueError(f"override {key!r}: not a key of {config_spec}")  # as --config.key is
-    node[leaf] = value
+  config = extrapolation_runs.load_config(config_spec, json.loads(overrides_json))
   model = nnx.eval_shape(lambda: state.build_model(config, tasks.get_task(config.task)))
   return [probe.head_eyes(block.attn) for block in model.blocks]
 

@@ -163,6 +163,18 @@ def read_metrics(workdir) -> list[dict]:
   return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
 
 
+def whole_and_resumed(config, tmp_path, stop_at: int) -> tuple[list[dict], list[dict]]:
+  """`read_metrics` of `config` trained in one go, and of it stopped (SIGINT)
+  after step `stop_at`, then rerun to the end: `(whole, resumed)`."""
+  from bifocal_jax import train  # pylint: disable=g-import-not-at-top
+  whole, parts = str(tmp_path / "whole"), str(tmp_path / "parts")
+  train.train_and_evaluate(config, whole)
+  summary = train.train_and_evaluate(config, parts, hooks=[SignalAfter(stop_at, "INT")])
+  assert summary["preempted_at"] == stop_at
+  train.train_and_evaluate(config, parts)
+  return read_metrics(whole), read_metrics(parts)
+
+
 def checkpoint_steps(workdir) -> list[int]:
   """Steps with a finished checkpoint (a save cut short leaves only a temporary directory)."""
   directory = pathlib.Path(workdir) / "checkpoints"

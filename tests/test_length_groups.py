@@ -13,7 +13,7 @@ import pytest
 
 import helpers
 from bifocal_jax import config as config_lib
-from bifocal_jax import length_groups, positions, sharding, steps, tasks, train
+from bifocal_jax import length_groups, positions, sharding, steps, tasks
 from bifocal_jax import metrics as metrics_lib
 from bifocal_jax import workdir as workdir_lib
 from bifocal_jax import state as state_lib
@@ -176,17 +176,9 @@ def test_grouped_run_trains_and_resumes_exactly(tmp_path):
   run stopped at step 6 and resumed logs what the uninterrupted run logs."""
   config = tiny_listops({"data.length_groups": 2, "steps": 12, "checkpoint_every": 6,
                          "eval_every": 12})
-  whole = str(tmp_path / "whole")
-  train.train_and_evaluate(config, whole)
-  parts = str(tmp_path / "parts")
-  summary = train.train_and_evaluate(config, parts, hooks=[helpers.SignalAfter(6, "INT")])
-  assert summary["preempted_at"] == 6
-  train.train_and_evaluate(config, parts)
-  strip = lambda records: [{k: v for k, v in r.items() if k not in helpers.TIMING_KEYS}
-                           for r in records]
-  records = strip(helpers.read_metrics(whole))
+  records, resumed = helpers.whole_and_resumed(config, tmp_path, stop_at=6)
   assert [r["step"] for r in records] == list(range(1, 13))
-  assert strip(helpers.read_metrics(parts)) == records
+  assert resumed == records
   assert records[-1]["loss"] < records[0]["loss"]
 
 

@@ -15,7 +15,6 @@ from bifocal_jax import positions
 from bifocal_jax import sharding as sharding_lib
 from bifocal_jax import state as state_lib
 from bifocal_jax import steps
-from bifocal_jax import train
 from bifocal_jax.tasks import pipeline
 
 pytestmark = pytest.mark.slow
@@ -67,15 +66,8 @@ def test_resume_is_bitwise_for_randomized_alibi(tmp_path):
   at step 6 and resumed matches the uninterrupted run exactly."""
   config = helpers.tiny_config({"position.kind": "randomized_alibi", "position.max_position": 256,
                                 "steps": 12, "checkpoint_every": 6, "eval_every": 12})
-  whole = str(tmp_path / "whole")
-  train.train_and_evaluate(config, whole)
-  parts = str(tmp_path / "parts")
-  summary = train.train_and_evaluate(config, parts, hooks=[helpers.SignalAfter(6, "INT")])
-  assert summary["preempted_at"] == 6
-  train.train_and_evaluate(config, parts)
-  strip = lambda records: [{k: v for k, v in r.items() if k not in helpers.TIMING_KEYS}
-                           for r in records]
-  assert strip(helpers.read_metrics(parts)) == strip(helpers.read_metrics(whole))
+  whole, resumed = helpers.whole_and_resumed(config, tmp_path, stop_at=6)
+  assert resumed == whole
 
 
 SHARDED = ("learnt", "t5", "fire", "fox")  # absolute; shared bias; per-layer bias; attention
