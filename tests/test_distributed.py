@@ -68,6 +68,7 @@ def two_processes(tmp_path_factory, compilation_cache_env):
   record["killed"] = dict(
       status=[status_0, status_1], seconds_to_exit=time.monotonic() - killed_at,
       logs=[(base / f"killed.{i}").read_text() for i in range(2)],
+      checkpoints=helpers.checkpoint_steps(workdir),
       metrics=helpers.read_metrics(workdir))
 
   result = helpers.run_train(workdir, devices=4, timeout=RUN_TIMEOUT, **compilation_cache_env)
@@ -89,8 +90,10 @@ def test_two_processes_reproduce_one_process_with_four_devices(two_processes, on
 def test_preemption_notice_saves_the_same_step_on_every_process(two_processes):
   stage = two_processes["preempted"]
   assert stage["status"] == [0, 0], stage["logs"]
-  [step] = stage["checkpoints"]
-  assert step >= 7  # the first step all processes reach after the notice
+  # The processes agree on a step at or after the notice (how far after depends
+  # on the machine's load); periodic saves before it may be kept beside it.
+  step = stage["checkpoints"][-1]
+  assert step >= 7
   for log in stage["logs"]:
     assert f"preempted (preemption notice): saved step {step}" in log
 
@@ -109,12 +112,16 @@ def test_killing_a_process_stops_the_other_with_a_clear_error(two_processes):
 def test_rerun_with_another_process_count_resumes_at_the_right_example(two_processes, one_process):
   stage = two_processes["resumed"]
   assert stage["status"] == 0, stage["stdout"]
-  assert "from step 10" in stage["stdout"]  # the last checkpoint before the kill
+  # The last checkpoint before the kill after step 13: the periodic save at 10,
+  # or the preemption save where the notice took effect later than that.
+  resumed_at = two_processes["killed"]["checkpoints"][-1]
+  assert 10 <= resumed_at <= 13
+  assert f"from step {resumed_at}\n" in stage["stdout"]
   records = stage["metrics"]
   assert [r["step"] for r in records] == list(range(1, 31))
   reference = losses(one_process)
-  np.testing.assert_allclose([losses(records)[s] for s in range(11, 31)],
-                             [reference[s] for s in range(11, 31)], rtol=1e-4)
+  np.testing.assert_allclose([losses(records)[s] for s in range(resumed_at + 1, 31)],
+                             [reference[s] for s in range(resumed_at + 1, 31)], rtol=1e-4)
 
 
 def test_two_processes_in_length_groups_reproduce_one_padded_batch(tmp_path, one_process,
