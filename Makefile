@@ -9,9 +9,10 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= runs/demo
 PYTEST_ARGS ?=
 # The suite on this many processes (pytest-xdist), a test file's tests on one
-# of them (module fixtures stay shared); 0: in this process.
+# of them (module fixtures stay shared); 0: in this process. The slowest tests
+# are listed at the end (CI's log says where its minutes went).
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 .PHONY: venv demo lint format test test-fast bench clean
 LINTED := bifocal_jax train.py eval.py configs benchmarks tests docs examples
