@@ -4,7 +4,7 @@ r"""One full evaluation of the default Dyck model on the published files, before
   python benchmarks/dyck_eval_time.py --data_dir=DIR --files=k8_m20.test
 
 DIR holds the published files of Yao et al. 2021 (`k8_m*.dev`, `k8_m*.test`;
-default: `$BIFOCAL_DATA_DIR/dyck-yao2021`). The model is `configs/dyck.py`'s
+default: the data directory's `dyck-yao2021/`, `bifocal_jax/tasks/external/published.py`). The model is `configs/dyck.py`'s
 at initialisation (evaluation time does not depend on the weights). Each
 kernel runs in a fresh process with the compilation cache off (a first
 evaluation: every batch shape compiles), the way `eval.py --dyck_file` scores
@@ -32,6 +32,7 @@ host.use_tuned_allocator()  # as eval.py: see bifocal_jax/host.py
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from bifocal_jax import evaluate, sharding, state  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.tasks.external import published  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import baseline_attention  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -48,8 +49,7 @@ SCORES = ("loss", "token_accuracy", "close_accuracy")
 
 def published_files(data_dir: str | None) -> list[str]:
   if data_dir is None:
-    data_dir = os.path.join(os.environ.get("BIFOCAL_DATA_DIR", "../shared/external"),
-                            "dyck-yao2021")
+    data_dir = published.folder()
   files = sorted(glob.glob(os.path.join(data_dir, "*.dev")) +
                  glob.glob(os.path.join(data_dir, "*.test")))
   if not files:

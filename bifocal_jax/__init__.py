@@ -1,6 +1,6 @@
 """bifocal-jax: geometric and spectral rotary eyes (Bifocal Attention) in JAX/Flax.
 
-The public names of `../shared/design.md`'s library contract. Submodules:
+The public names of the library (README, "Use it in your own model"). Submodules:
 `rope` (the rotary math), `attention`, `model`, `tasks`, `optim`, `surgery`,
 `linen`, `analysis`, `train`, `evaluate`.
 """

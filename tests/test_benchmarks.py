@@ -66,6 +66,20 @@ def test_autodiff_layer_norm_baseline_is_the_same_function_inside_its_context():
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_dyck_eval_time_reads_the_data_directory(tmp_path):
+  # A clone has no folder beside it: by default the files are the data
+  # directory's, here the one in the cache home (BIFOCAL_DATA_DIR unset).
+  folder = tmp_path / "cache" / "bifocal_jax" / "data" / "dyck-yao2021"
+  folder.mkdir(parents=True)
+  (folder / "k8_m5.test").write_text("(a (b b) a) END\n(c c) END\n(d (e e) d) (f f) END\n")
+  (folder / "notes.txt").write_text("not a split\n")
+  r = run_script("dyck_eval_time", "--kernels=current", tmp_path=tmp_path,
+                 env={"BIFOCAL_DATA_DIR": "", "XDG_CACHE_HOME": str(tmp_path / "cache")})
+  [row] = r["runs"]["current"]["files"].values()
+  assert list(r["runs"]["current"]["files"]) == ["k8_m5.test"]
+  assert row["examples"] == 3 and row["tokens"] > 0 and 0 <= row["close_accuracy"] <= 1
+
+
 def test_step_profile_attributes_the_steps_ops_to_their_source(tmp_path):
   (r,) = run_script("step_profile", "--profile_configs=smoke", "--profile_kinds=relative",
                     "--traced_steps=1", "--top=3", tmp_path=tmp_path)["results"]
