@@ -1,0 +1,90 @@
+r"""Where trained `listops_depth` runs fail past the training depth: accuracy
+at each `]` by the closed list's height and level (`bifocal_jax/list_heights.py`).
+
+  python benchmarks/list_heights.py --workdirs='OUT/listops_depth/scratch/*/seed[01]' \
+      --examples=1000 --out=benchmarks/results/list_heights.json
+
+Each workdir is a trained run (its last checkpoint); its kind and seed are read
+from its config. Prints, per kind (mean over its runs' pooled counts), the
+accuracy at lists of each height, and at each trained height (<= `d_train`)
+by level: a list as high as trained ones but sitting deeper than any did.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax import evaluate, list_heights  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+
+_WORKDIRS = flags.DEFINE_string("workdirs", None, "Glob of trained listops_depth run directories.")
+_SPLIT = flags.DEFINE_string("split", "test_depth", "The split to score.")
+_EXAMPLES = flags.DEFINE_integer("examples", 1000, "Its first examples.")
+_OUT = flags.DEFINE_string("out", None, "Write the counts and the tables as JSON here.")
+
+
+def accuracy(counts: dict, keep) -> float | None:
+  """Pooled accuracy over the `count` keys `(height, level)` that `keep` accepts."""
+  hits = total = 0
+  for key, v in counts.items():
+    if keep(*map(int, key.split(","))):
+      hits, total = hits + v["correct"], total + v["total"]
+  return hits / total if total else None
+
+
+def tables(by_kind: dict[str, dict], d_train: int) -> dict:
+  """Per kind: accuracy by height, and at each trained height by level."""
+  heights = sorted({int(k.split(",")[0]) for c in by_kind.values() for k in c})
+  levels = sorted({int(k.split(",")[1]) for c in by_kind.values() for k in c})
+  return {
+      kind: dict(by_height={h: accuracy(c, lambda a, _, h=h: a == h) for h in heights},
+                 trained_heights_by_level={
+                     h: {
+                         level: accuracy(c, lambda a, b, h=h, level=level: a == h and b == level)
+                         for level in levels
+                     } for h in range(1, d_train + 1)
+                 }) for kind, c in by_kind.items()
+  }
+
+
+def main(argv):
+  del argv
+  workdirs = sorted(glob.glob(_WORKDIRS.value or ""))
+  if not workdirs:
+    raise ValueError(f"--workdirs={_WORKDIRS.value!r}: matches no directory")
+  runs, by_kind, d_train = {}, {}, None
+  for workdir in workdirs:
+    run = evaluate.load_run(workdir)
+    kind, d_train = run.config.position.kind, run.config.task.d_train
+    counts = list_heights.score_run(run, _SPLIT.value, num_examples=_EXAMPLES.value)
+    runs[workdir] = dict(kind=kind, seed=run.config.seed, step=run.step, counts=counts)
+    by_kind[kind] = list_heights.merge(by_kind.get(kind, {}), counts)
+    print(f"{workdir}: {kind} seed {run.config.seed}", file=sys.stderr, flush=True)
+  out = tables(by_kind, d_train)
+  heights = sorted({h for t in out.values() for h in t["by_height"]})
+  levels = sorted({v for t in out.values() for v in t["trained_heights_by_level"][1]})
+  order = sorted(out, key=lambda k: -(out[k]["by_height"][heights[-1]] or 0))
+  fmt = lambda v: "-" if v is None else f"{v:.3f}"
+  print(f"\n{_SPLIT.value}, first {_EXAMPLES.value} examples; accuracy at `]` by the closed "
+        f"list's height (lists of height <= {d_train} were trained):\n")
+  print(bench_util.markdown_table(["position", "runs"] + [f"height {h}" for h in heights],
+                                  [[k, sum(r["kind"] == k for r in runs.values())] +
+                                   [fmt(out[k]["by_height"][h]) for h in heights] for k in order]))
+  print(f"\nLists of the trained heights by their level (0: outermost; trained: "
+        f"height + level <= {d_train}):\n")
+  print(bench_util.markdown_table(["position", "height"] + [f"level {v}" for v in levels],
+                                  [[k, h] + [fmt(out[k]["trained_heights_by_level"][h][v])
+                                             for v in levels]
+                                   for k in order for h in range(1, d_train + 1)]))
+  bench_util.write_json(_OUT.value, dict(machine=bench_util.machine(), split=_SPLIT.value,
+                                         examples=_EXAMPLES.value, d_train=d_train, runs=runs,
+                                         by_kind=out))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,121 @@
+"""ListOps answers by list height and level: labels of hand-written and
+generated expressions, and a run's counts against the evaluation's own."""
+
+import json
+import os
+import subprocess
+import sys
+
+import helpers
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from bifocal_jax import config as config_lib
+from bifocal_jax import evaluate, list_heights, probe, tasks
+from bifocal_jax import sharding as sharding_lib
+from bifocal_jax import state as state_lib
+from bifocal_jax import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def listops_depth():
+  return tasks.get_task(tasks.default_task_config("listops_depth"))
+
+
+def labels_of(task, *texts):
+  width = max(len(t.split()) for t in texts)
+  ids = np.zeros((len(texts), width), np.int64)
+  for row, text in enumerate(texts):
+    ids[row, :len(text.split())] = [task.token_ids[t] for t in text.split()]
+  return list_heights.close_labels(ids, ids > 0, probe.brackets(task))
+
+
+def closes(labels, row):
+  at = labels["height"][row] >= 0
+  return list(zip(labels["height"][row][at].tolist(), labels["level"][row][at].tolist()))
+
+
+def test_heights_and_levels_of_written_expressions():
+  task = listops_depth()
+  labels = labels_of(task, "[MAX 2 [MIN 4 [SM 1 2 ] ] 0 ]",
+                     "[MIN [MAX 1 [MIN 2 3 ] ] [SM 4 5 ] 7 ]", "[MED 1 2 ]")
+  # (height, level) at each `]`, left to right
+  assert closes(labels, 0) == [(1, 2), (2, 1), (3, 0)]
+  # a sibling list starts from nothing: SM's height is its own, not MAX's
+  assert closes(labels, 1) == [(1, 2), (2, 1), (1, 1), (3, 0)]
+  assert closes(labels, 2) == [(1, 0)]
+  assert (labels["height"][2, 4:] == -1).all()  # padding
+
+
+def test_generated_expressions_agree_with_the_task_and_the_probes_stack():
+  task = listops_depth()
+  batch = task.batch("test_depth", np.arange(48), task.max_sequence_length("test_depth"))
+  labels = list_heights.close_labels(batch["inputs"], batch["valid"], probe.brackets(task))
+  nesting = probe.nesting_labels(batch["inputs"], batch["valid"], probe.brackets(task))
+  at_close = labels["height"] >= 0
+  np.testing.assert_array_equal(at_close, batch["mask"] > 0)  # every `]` is scored
+  # the outermost list is the whole expression: its height is the expression's depth
+  outermost = labels["level"] == 0
+  assert (outermost.sum(1) == 1).all()
+  np.testing.assert_array_equal(labels["height"][outermost], batch["depth"])
+  # a list's level: the lists still open after its `]`
+  np.testing.assert_array_equal(labels["level"][at_close], nesting["depth"][at_close])
+  # a list is higher than every list inside it, and at most its level below the top
+  assert (labels["height"][at_close] + labels["level"][at_close] <= np.repeat(
+      batch["depth"], at_close.sum(1))).all()
+
+
+def test_a_list_closed_before_it_opened_is_an_error():
+  task = listops_depth()
+  with pytest.raises(ValueError, match="string 0 closes a list at position 1"):
+    labels_of(task, "3 ] [MIN 1 2 ]")
+
+
+def test_counts_of_a_run_are_the_evaluations():
+  """Every `]` counted once, and as many correct as the evaluation scores."""
+  config = config_lib.load_file(os.path.join(ROOT, "configs", "listops_depth.py"), "tiny")
+  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
+  mesh = sharding_lib.make_mesh(config.mesh)
+  with jax.set_mesh(mesh):
+    setup, state = state_lib.setup(config, mesh)
+  run = evaluate.Run("", config, evaluate.Evaluator(setup), state["params"], 0)
+  counts = list_heights.score_run(run, "test_depth", num_examples=32)
+  split = run.evaluator.split(run.params, "test_depth", num_examples=32)
+  assert sum(v["total"] for v in counts.values()) == split["tokens"]
+  assert sum(v["correct"] for v in counts.values()) == round(
+      split["token_accuracy"] * split["tokens"])
+  heights = {int(k.split(",")[0]) for k in counts}
+  assert max(heights) > config.task.d_train  # the split holds lists higher than trained
+
+
+def test_other_tasks_are_refused():
+  config = config_lib.load_file(os.path.join(ROOT, "configs", "listops.py"), "tiny")
+  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
+  mesh = sharding_lib.make_mesh(config.mesh)
+  with jax.set_mesh(mesh):
+    setup, state = state_lib.setup(config, mesh)
+  run = evaluate.Run("", config, evaluate.Evaluator(setup), state["params"], 0)
+  with pytest.raises(ValueError, match="task 'listops' scores no list but the last"):
+    list_heights.score_run(run, "test_depth", num_examples=8)
+
+
+def test_the_benchmark_reports_a_trained_run(tmp_path):
+  workdir = str(tmp_path / "run")
+  config = config_lib.load_file(os.path.join(ROOT, "configs", "listops_depth.py"), "tiny")
+  config.steps = config.checkpoint_every = config.eval_every = 10
+  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
+  train.train_and_evaluate(config, workdir)
+  out = tmp_path / "heights.json"
+  proc = subprocess.run([sys.executable, "benchmarks/list_heights.py", f"--workdirs={workdir}",
+                         "--examples=16", f"--out={out}"], cwd=ROOT, capture_output=True,
+                        text=True, env=helpers.subprocess_env(), timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  result = json.loads(out.read_text())
+  [run] = result["runs"].values()
+  assert run["step"] == 10 and sum(v["total"] for v in run["counts"].values()) > 0
+  table = result["by_kind"][config.position.kind]
+  assert set(table["trained_heights_by_level"]) == {str(h) for h in range(1, config.task.d_train + 1)}
+  assert "accuracy at `]` by the closed list's height" in proc.stdout
