@@ -102,6 +102,7 @@ def test_other_tasks_are_refused():
     list_heights.score_run(run, "test_depth", num_examples=8)
 
 
+@pytest.mark.slow
 def test_the_benchmark_reports_a_trained_run(tmp_path):
   workdir = str(tmp_path / "run")
   config = config_lib.load_file(os.path.join(ROOT, "configs", "listops_depth.py"), "tiny")
