@@ -1,11 +1,11 @@
 r"""Where trained `listops_depth` runs fail past the training depth: accuracy
 at each `]` by the closed list's height and level (`bifocal_jax/list_heights.py`).
 
-  python benchmarks/list_heights.py --workdirs='OUT/listops_depth/scratch/*/seed[01]' \
+  python benchmarks/list_heights.py --workdirs='OUT/listops_depth/scratch/*/seed*' \
       --examples=1000 --out=benchmarks/results/list_heights.json
 
 Each workdir is a trained run (its last checkpoint); its kind and seed are read
-from its config. Prints, per kind (mean over its runs' pooled counts), the
+from its config. Prints, per kind (mean over its runs [95% t-interval]), the
 accuracy at lists of each height, and at each trained height (<= `d_train`)
 by level: a list as high as trained ones but sitting deeper than any did.
 """
@@ -20,7 +20,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax import evaluate, list_heights  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+from bifocal_jax import evaluate, list_heights, stats  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
 _WORKDIRS = flags.DEFINE_string("workdirs", None, "Glob of trained listops_depth run directories.")
 _SPLIT = flags.DEFINE_string("split", "test_depth", "The split to score.")
@@ -29,7 +29,7 @@ _OUT = flags.DEFINE_string("out", None, "Write the counts and the tables as JSON
 
 
 def accuracy(counts: dict, keep) -> float | None:
-  """Pooled accuracy over the `count` keys `(height, level)` that `keep` accepts."""
+  """Accuracy over the `count` keys `(height, level)` that `keep` accepts."""
   hits = total = 0
   for key, v in counts.items():
     if keep(*map(int, key.split(","))):
@@ -37,19 +37,36 @@ def accuracy(counts: dict, keep) -> float | None:
   return hits / total if total else None
 
 
-def tables(by_kind: dict[str, dict], d_train: int) -> dict:
-  """Per kind: accuracy by height, and at each trained height by level."""
-  heights = sorted({int(k.split(",")[0]) for c in by_kind.values() for k in c})
-  levels = sorted({int(k.split(",")[1]) for c in by_kind.values() for k in c})
+def over_seeds(runs: list[dict], keep) -> dict | None:
+  """Mean over the runs holding such lists of each one's accuracy, with its 95% t-interval."""
+  values = [a for a in (accuracy(r["counts"], keep) for r in runs) if a is not None]
+  return stats.seed_interval(values) if values else None
+
+
+def tables(runs: dict[str, dict], d_train: int) -> dict:
+  """Per kind, over its runs: accuracy by height, and at each trained height by level."""
+  keys = [tuple(map(int, k.split(","))) for r in runs.values() for k in r["counts"]]
+  heights, levels = sorted({h for h, _ in keys}), sorted({v for _, v in keys})
+  by_kind: dict[str, list[dict]] = {}
+  for r in runs.values():
+    by_kind.setdefault(r["kind"], []).append(r)
   return {
-      kind: dict(by_height={h: accuracy(c, lambda a, _, h=h: a == h) for h in heights},
+      kind: dict(by_height={h: over_seeds(rs, lambda a, _, h=h: a == h) for h in heights},
                  trained_heights_by_level={
                      h: {
-                         level: accuracy(c, lambda a, b, h=h, level=level: a == h and b == level)
+                         level: over_seeds(rs, lambda a, b, h=h, level=level: a == h and b == level)
                          for level in levels
                      } for h in range(1, d_train + 1)
-                 }) for kind, c in by_kind.items()
+                 }) for kind, rs in by_kind.items()
   }
+
+
+def _fmt(cell: dict | None) -> str:
+  if cell is None:
+    return "-"
+  if cell["ci95"] is None:
+    return f"{cell['mean']:.3f}"
+  return f"{cell['mean']:.3f} [{cell['ci95'][0]:.2f}, {cell['ci95'][1]:.2f}]"
 
 
 def main(argv):
@@ -57,28 +74,28 @@ def main(argv):
   workdirs = sorted(glob.glob(_WORKDIRS.value or ""))
   if not workdirs:
     raise ValueError(f"--workdirs={_WORKDIRS.value!r}: matches no directory")
-  runs, by_kind, d_train = {}, {}, None
+  runs, d_train = {}, None
   for workdir in workdirs:
     run = evaluate.load_run(workdir)
     kind, d_train = run.config.position.kind, run.config.task.d_train
     counts = list_heights.score_run(run, _SPLIT.value, num_examples=_EXAMPLES.value)
     runs[workdir] = dict(kind=kind, seed=run.config.seed, step=run.step, counts=counts)
-    by_kind[kind] = list_heights.merge(by_kind.get(kind, {}), counts)
     print(f"{workdir}: {kind} seed {run.config.seed}", file=sys.stderr, flush=True)
-  out = tables(by_kind, d_train)
+  out = tables(runs, d_train)
   heights = sorted({h for t in out.values() for h in t["by_height"]})
   levels = sorted({v for t in out.values() for v in t["trained_heights_by_level"][1]})
-  order = sorted(out, key=lambda k: -(out[k]["by_height"][heights[-1]] or 0))
-  fmt = lambda v: "-" if v is None else f"{v:.3f}"
+  top = lambda k: (out[k]["by_height"][heights[-1]] or {}).get("mean", 0.0)
+  order = sorted(out, key=lambda k: -top(k))
   print(f"\n{_SPLIT.value}, first {_EXAMPLES.value} examples; accuracy at `]` by the closed "
-        f"list's height (lists of height <= {d_train} were trained):\n")
+        f"list's height (lists of height <= {d_train} were trained), mean over seeds [95% "
+        "t-interval]:\n")
   print(bench_util.markdown_table(["position", "runs"] + [f"height {h}" for h in heights],
                                   [[k, sum(r["kind"] == k for r in runs.values())] +
-                                   [fmt(out[k]["by_height"][h]) for h in heights] for k in order]))
+                                   [_fmt(out[k]["by_height"][h]) for h in heights] for k in order]))
   print(f"\nLists of the trained heights by their level (0: outermost; trained: "
         f"height + level <= {d_train}):\n")
   print(bench_util.markdown_table(["position", "height"] + [f"level {v}" for v in levels],
-                                  [[k, h] + [fmt(out[k]["trained_heights_by_level"][h][v])
+                                  [[k, h] + [_fmt(out[k]["trained_heights_by_level"][h][v])
                                              for v in levels]
                                    for k in order for h in range(1, d_train + 1)]))
   bench_util.write_json(_OUT.value, dict(machine=bench_util.machine(), split=_SPLIT.value,

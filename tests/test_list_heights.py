@@ -118,5 +118,6 @@ def test_the_benchmark_reports_a_trained_run(tmp_path):
   [run] = result["runs"].values()
   assert run["step"] == 10 and sum(v["total"] for v in run["counts"].values()) > 0
   table = result["by_kind"][config.position.kind]
+  assert table["by_height"]["1"]["n"] == 1  # one run: its own accuracy, no interval
   assert set(table["trained_heights_by_level"]) == {str(h) for h in range(1, config.task.d_train + 1)}
   assert "accuracy at `]` by the closed list's height" in proc.stdout
