@@ -32,7 +32,8 @@ def close_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
   b, length = inputs.shape
   is_open = np.isin(inputs, vocab.open_ids) & valid
   is_close = np.isin(inputs, vocab.close_ids) & valid
-  # highest[:, h]: the highest list closed so far directly inside the h-th open one
+  # highest[:, i]: the highest list closed so far directly inside the open list at level i
+  # (reset when a list opens there)
   highest = np.zeros((b, length + 1), np.int64)
   level = np.zeros(b, np.int64)  # lists open before the token
   rows = np.arange(b)
@@ -42,13 +43,11 @@ def close_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
     if (closing & (level == 0)).any():
       raise ValueError(f"list_heights: string {int(np.flatnonzero(closing & (level == 0))[0])} "
                        f"closes a list at position {t} that it never opened")
-    r, h = rows[closing], level[closing] - 1  # the closed list is the h-th open (0-based)
-    height = highest[r, h] + 1
-    out["height"][r, t], out["level"][r, t] = height, h
-    highest[r, h] = 0
-    parent = h > 0
-    highest[r[parent], h[parent] - 1] = np.maximum(highest[r[parent], h[parent] - 1],
-                                                   height[parent])
+    r, own = rows[closing], level[closing] - 1  # the closed list's level: its slot
+    height = highest[r, own] + 1
+    out["height"][r, t], out["level"][r, t] = height, own
+    inner = own > 0  # raise the enclosing list's highest
+    highest[r[inner], own[inner] - 1] = np.maximum(highest[r[inner], own[inner] - 1], height[inner])
     level = level - closing
     opening = is_open[:, t]
     highest[rows[opening], level[opening]] = 0
