@@ -4,8 +4,9 @@ r"""One full evaluation of the default Dyck model on the published files, before
   python benchmarks/dyck_eval_time.py --data_dir=DIR --files=k8_m20.test
 
 DIR holds the published files of Yao et al. 2021 (`k8_m*.dev`, `k8_m*.test`;
-default: the data directory's `dyck-yao2021/`, `bifocal_jax/tasks/external/published.py`). The model is `configs/dyck.py`'s
-at initialisation (evaluation time does not depend on the weights). Each
+default: the data directory's `dyck-yao2021/`, as
+`bifocal_jax/tasks/external/published.py` finds it). The model is
+`configs/dyck.py`'s at initialisation (evaluation time does not depend on the weights). Each
 kernel runs in a fresh process with the compilation cache off (a first
 evaluation: every batch shape compiles), the way `eval.py --dyck_file` scores
 a file (`Evaluator.dyck_file`): first with the attention kernel before issue

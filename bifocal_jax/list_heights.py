@@ -26,33 +26,11 @@ from bifocal_jax import evaluate, probe
 def close_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
                  vocab: probe.Brackets) -> dict[str, np.ndarray]:
   """Per position (`-1` but at a `]`): `height` of the list it closes (1: only
-  digits inside) and its `level` (lists around it: 0 for the outermost)."""
-  inputs = np.asarray(inputs_BxL)
-  valid = np.asarray(valid_BxL, bool)
-  b, length = inputs.shape
-  is_open = np.isin(inputs, vocab.open_ids) & valid
-  is_close = np.isin(inputs, vocab.close_ids) & valid
-  # highest[:, i]: the highest list closed so far directly inside the open list at level i
-  # (reset when a list opens there)
-  highest = np.zeros((b, length + 1), np.int64)
-  level = np.zeros(b, np.int64)  # lists open before the token
-  rows = np.arange(b)
-  out = {name: np.full((b, length), -1, np.int64) for name in ("height", "level")}
-  for t in range(length):
-    closing = is_close[:, t]
-    if (closing & (level == 0)).any():
-      raise ValueError(f"list_heights: string {int(np.flatnonzero(closing & (level == 0))[0])} "
-                       f"closes a list at position {t} that it never opened")
-    r, own = rows[closing], level[closing] - 1  # the closed list's level: its slot
-    height = highest[r, own] + 1
-    out["height"][r, t], out["level"][r, t] = height, own
-    inner = own > 0  # raise the enclosing list's highest
-    highest[r[inner], own[inner] - 1] = np.maximum(highest[r[inner], own[inner] - 1], height[inner])
-    level = level - closing
-    opening = is_open[:, t]
-    highest[rows[opening], level[opening]] = 0
-    level = level + opening
-  return out
+  digits inside) and its `level` (lists around it: 0 for the outermost), from
+  the probes' stack over the token ids (`probe.nesting_labels`)."""
+  labels = probe.nesting_labels(inputs_BxL, valid_BxL, vocab)
+  closing = labels["height"] >= 0
+  return dict(height=labels["height"], level=np.where(closing, labels["depth"], -1))
 
 
 def count(correct_BxL: np.ndarray, labels: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:

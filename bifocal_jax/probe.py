@@ -137,6 +137,8 @@ def nesting_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
     top       the position of the innermost bracket still open after the token
     operator  ListOps: index into `vocab.operators` of that bracket's list
               (-1 when none is open); all -1 for Dyck
+    height    at a closing bracket, the height of the pair it closes: 1 with
+              no pair inside, else 1 + the highest pair directly inside
 
   A ValueError names the first string that closes more than it opened.
   """
@@ -149,18 +151,30 @@ def nesting_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
   if vocab.operators is not None:
     op_of_id[list(vocab.open_ids)] = np.arange(len(vocab.open_ids))
   stack = np.zeros((b, length + 1), np.int64)  # stack[:, h - 1]: position of the h-th open
+  # highest[:, h - 1]: the highest pair closed so far directly inside the h-th open
+  highest = np.zeros((b, length + 1), np.int64)
   height = np.zeros(b, np.int64)
   rows = np.arange(b)
-  out = {name: np.full((b, length), -1, np.int64) for name in ("depth", "match", "top", "operator")}
+  out = {
+      name: np.full((b, length), -1, np.int64)
+      for name in ("depth", "match", "top", "operator", "height")
+  }
   for t in range(length):
     closing = is_close[:, t]
     if (closing & (height == 0)).any():
       raise ValueError(f"probe: string {int(np.flatnonzero(closing & (height == 0))[0])} closes "
                        f"a bracket at position {t} that it never opened")
-    out["match"][closing, t] = stack[rows[closing], height[closing] - 1]
+    r, slot = rows[closing], height[closing] - 1
+    out["match"][r, t] = stack[r, slot]
+    pair_height = highest[r, slot] + 1
+    out["height"][r, t] = pair_height
+    inner = slot > 0
+    highest[r[inner], slot[inner] - 1] = np.maximum(highest[r[inner], slot[inner] - 1],
+                                                    pair_height[inner])
     height = height - closing
     opening = is_open[:, t]
     stack[rows[opening], height[opening]] = t
+    highest[rows[opening], height[opening]] = 0
     height = height + opening
     out["depth"][:, t] = np.where(valid[:, t], height, 0)
     top = np.where(height > 0, stack[rows, np.maximum(height - 1, 0)], -1)

@@ -54,15 +54,17 @@ def test_generated_expressions_agree_with_the_task_and_the_probes_stack():
   task = listops_depth()
   batch = task.batch("test_depth", np.arange(48), task.max_sequence_length("test_depth"))
   labels = list_heights.close_labels(batch["inputs"], batch["valid"], probe.brackets(task))
-  nesting = probe.nesting_labels(batch["inputs"], batch["valid"], probe.brackets(task))
   at_close = labels["height"] >= 0
   np.testing.assert_array_equal(at_close, batch["mask"] > 0)  # every `]` is scored
   # the outermost list is the whole expression: its height is the expression's depth
   outermost = labels["level"] == 0
   assert (outermost.sum(1) == 1).all()
   np.testing.assert_array_equal(labels["height"][outermost], batch["depth"])
-  # a list's level: the lists still open after its `]`
-  np.testing.assert_array_equal(labels["level"][at_close], nesting["depth"][at_close])
+  # a list's level: the lists still open after its `]`, counted without a stack
+  is_close = batch["inputs"] == task.token_ids["]"]
+  opened = np.cumsum(np.isin(batch["inputs"], probe.brackets(task).open_ids), axis=1)
+  np.testing.assert_array_equal(labels["level"][at_close],
+                                (opened - np.cumsum(is_close, axis=1))[at_close])
   # a list is higher than every list inside it, and at most its level below the top
   assert (labels["height"][at_close] + labels["level"][at_close] <= np.repeat(
       batch["depth"], at_close.sum(1))).all()
@@ -70,34 +72,34 @@ def test_generated_expressions_agree_with_the_task_and_the_probes_stack():
 
 def test_a_list_closed_before_it_opened_is_an_error():
   task = listops_depth()
-  with pytest.raises(ValueError, match="string 0 closes a list at position 1"):
+  with pytest.raises(ValueError, match="string 0 closes a bracket at position 1"):
     labels_of(task, "3 ] [MIN 1 2 ]")
 
 
-def test_counts_of_a_run_are_the_evaluations():
-  """Every `]` counted once, and as many correct as the evaluation scores."""
-  config = config_lib.load_file(os.path.join(ROOT, "configs", "listops_depth.py"), "tiny")
+def untrained_run(config_file):
+  """A `Run` of the config file's `tiny` variant at its initial weights."""
+  config = config_lib.load_file(os.path.join(ROOT, "configs", config_file), "tiny")
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
   mesh = sharding_lib.make_mesh(config.mesh)
   with jax.set_mesh(mesh):
     setup, state = state_lib.setup(config, mesh)
-  run = evaluate.Run("", config, evaluate.Evaluator(setup), state["params"], 0)
+  return evaluate.Run("", config, evaluate.Evaluator(setup), state["params"], 0)
+
+
+def test_counts_of_a_run_are_the_evaluations():
+  """Every `]` counted once, and as many correct as the evaluation scores."""
+  run = untrained_run("listops_depth.py")
   counts = list_heights.score_run(run, "test_depth", num_examples=32)
   split = run.evaluator.split(run.params, "test_depth", num_examples=32)
   assert sum(v["total"] for v in counts.values()) == split["tokens"]
   assert sum(v["correct"] for v in counts.values()) == round(
       split["token_accuracy"] * split["tokens"])
   heights = {int(k.split(",")[0]) for k in counts}
-  assert max(heights) > config.task.d_train  # the split holds lists higher than trained
+  assert max(heights) > run.config.task.d_train  # the split holds lists higher than trained
 
 
 def test_other_tasks_are_refused():
-  config = config_lib.load_file(os.path.join(ROOT, "configs", "listops.py"), "tiny")
-  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
-  mesh = sharding_lib.make_mesh(config.mesh)
-  with jax.set_mesh(mesh):
-    setup, state = state_lib.setup(config, mesh)
-  run = evaluate.Run("", config, evaluate.Evaluator(setup), state["params"], 0)
+  run = untrained_run("listops.py")
   with pytest.raises(ValueError, match="task 'listops' scores no list but the last"):
     list_heights.score_run(run, "test_depth", num_examples=8)
 

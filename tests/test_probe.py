@@ -54,6 +54,7 @@ def test_dyck_labels_by_hand():
   assert labels["depth"][0].tolist() == [1, 2, 1, 0, 1, 2, 1, 0, 0]
   assert labels["match"][0].tolist() == [-1, -1, 1, 0, -1, -1, 5, 4, -1]
   assert labels["top"][0].tolist() == [0, 1, 0, -1, 4, 5, 4, -1, -1]
+  assert labels["height"][0].tolist() == [-1, -1, 1, 2, -1, -1, 1, 2, -1]
   assert (labels["operator"] == -1).all()
 
 
