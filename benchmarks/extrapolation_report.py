@@ -16,7 +16,8 @@
     mean difference and its 95% interval; a difference is called only where
     the interval excludes zero (`stats.paired_difference`);
   * the paper's protocol (surgery vs continue), each randomized encoding
-    against its base and the sensitivity settings, paired the same way; across
+    against its base, each mixed kind `a+b` against `a` and against `b`, and
+    the sensitivity settings, paired the same way; across
     the Chomsky-hierarchy tasks, the randomized encodings' gain set beside
     Ruoss et al. 2023's;
   * where a preset adds seeds to some cells after seeing the first ones
@@ -167,13 +168,16 @@ def spectrum_table(groups: dict) -> str:
 
 def _pairs(groups: dict) -> dict[str, list]:
   """The comparisons the report makes, by section: every scratch kind against
-  `rope`; surgery against continue; each sensitivity setting against its kind
-  at the default settings, and bifocal against `rope` at the same setting."""
+  `rope`; surgery against continue; each randomized kind against its base; each
+  mixed kind against each of its two kinds; each sensitivity setting against
+  its kind at the default settings, and bifocal against `rope` at the same
+  setting."""
   kind_of = {key: next(iter(runs.values()))["kind"] for key, runs in groups.items()}
   versus_rope = [(key, ("scratch", "rope")) for key in groups
                  if key[0] == "scratch" and key[1] != "rope"]
   protocol = [(("surgery", "bifocal_heads"), ("continue", "rope"))]
   randomization = _randomized_pairs(groups)
+  mixed = _mixed_pairs(groups)
   sensitivity = []
   for key in groups:
     if key[0] != "sensitivity":
@@ -184,7 +188,7 @@ def _pairs(groups: dict) -> dict[str, list]:
     if kind != "rope" and ("sensitivity", f"rope_{label}") in groups:
       sensitivity.append((key, ("sensitivity", f"rope_{label}")))
   return dict(versus_rope=versus_rope, protocol=protocol, randomization=randomization,
-              sensitivity=sensitivity)
+              mixed=mixed, sensitivity=sensitivity)
 
 
 RANDOMIZED = "randomized_"
@@ -195,6 +199,21 @@ def _randomized_pairs(groups: dict) -> list:
   return [(key, ("scratch", key[1][len(RANDOMIZED):])) for key in groups
           if key[0] == "scratch" and key[1].startswith(RANDOMIZED)
           and ("scratch", key[1][len(RANDOMIZED):]) in groups]
+
+
+def _mixed_pairs(groups: dict) -> list:
+  """Each scratch `a+b` cell (heads split between two kinds) against its `a`
+  cell and its `b` cell, where they ran (does mixing beat either alone?), and
+  against `rope+b` (other eyes beside the same `b` heads: bifocal's question)."""
+  out = []
+  for key in groups:
+    if key[0] == "scratch" and key[1].count("+") == 1:
+      first, second = key[1].split("+")
+      out += [(key, ("scratch", part)) for part in (first, second)
+              if ("scratch", part) in groups]
+      if first != "rope" and ("scratch", f"rope+{second}") in groups:
+        out.append((key, ("scratch", f"rope+{second}")))
+  return out
 
 
 def randomization_section(table: dict) -> str:
@@ -277,14 +296,17 @@ def task_section(task: str, groups: dict, plots_dir: str, link_base: str, *,
       "bifocal attention, then Spectral Evolution, against the same further steps as `rope`:",
       randomization="Randomization (Ruoss et al. 2023): each randomized encoding against its "
       "base encoding, paired (same seeds and data):",
+      mixed="Mixed-scheme heads: each `a+b` kind (its heads split between `a` and `b`) "
+      "against each of its kinds alone, and against `rope+b`, paired (same seeds and data):",
       sensitivity="Sensitivity (paired against the default setting, and bifocal attention "
       "against `rope` at the same setting: rotary base, learning rate, step budget):")
   for section, title in titles.items():
     table = paired_table(groups, splits, "accuracy", pairs[section])
     if table:
       parts += ["", title, "", table]
-    # The paper's own claim is also read in the leaderboards' metric.
-    if table and section == "protocol" and closing:
+    # The paper's own claim, and the mixes against their kinds, are also read
+    # in the leaderboards' metric.
+    if table and section in ("protocol", "mixed") and closing:
       parts += ["", "The same, closing-bracket accuracy:", "",
                 paired_table(groups, splits, "close_accuracy", pairs[section],
                              with_loss=False)]

@@ -6,8 +6,11 @@ at each `]` by the closed list's height and level (`bifocal_jax/list_heights.py`
 
 Each workdir is a trained run (its last checkpoint); its kind and seed are read
 from its config. Prints, per kind (mean over its runs [95% t-interval]), the
-accuracy at lists of each height, and at each trained height (<= `d_train`)
-by level: a list as high as trained ones but sitting deeper than any did.
+accuracy at lists of each height; at each trained height (<= `d_train`) by
+level: a list as high as trained ones but sitting deeper than any did; and at
+each trained height by its sibling (the highest list closed before it in the
+same enclosing list): a list as high as trained ones right after one higher
+than any list under the outermost in training (>= `d_train`).
 """
 
 from __future__ import annotations
@@ -20,45 +23,12 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax import evaluate, list_heights, stats  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+from bifocal_jax import evaluate, list_heights  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
 _WORKDIRS = flags.DEFINE_string("workdirs", None, "Glob of trained listops_depth run directories.")
 _SPLIT = flags.DEFINE_string("split", "test_depth", "The split to score.")
 _EXAMPLES = flags.DEFINE_integer("examples", 1000, "Its first examples.")
 _OUT = flags.DEFINE_string("out", None, "Write the counts and the tables as JSON here.")
-
-
-def accuracy(counts: dict, keep) -> float | None:
-  """Accuracy over the `count` keys `(height, level)` that `keep` accepts."""
-  hits = total = 0
-  for key, v in counts.items():
-    if keep(*map(int, key.split(","))):
-      hits, total = hits + v["correct"], total + v["total"]
-  return hits / total if total else None
-
-
-def over_seeds(runs: list[dict], keep) -> dict | None:
-  """Mean over the runs holding such lists of each one's accuracy, with its 95% t-interval."""
-  values = [a for a in (accuracy(r["counts"], keep) for r in runs) if a is not None]
-  return stats.seed_interval(values) if values else None
-
-
-def tables(runs: dict[str, dict], d_train: int) -> dict:
-  """Per kind, over its runs: accuracy by height, and at each trained height by level."""
-  keys = [tuple(map(int, k.split(","))) for r in runs.values() for k in r["counts"]]
-  heights, levels = sorted({h for h, _ in keys}), sorted({v for _, v in keys})
-  by_kind: dict[str, list[dict]] = {}
-  for r in runs.values():
-    by_kind.setdefault(r["kind"], []).append(r)
-  return {
-      kind: dict(by_height={h: over_seeds(rs, lambda a, _, h=h: a == h) for h in heights},
-                 trained_heights_by_level={
-                     h: {
-                         level: over_seeds(rs, lambda a, b, h=h, level=level: a == h and b == level)
-                         for level in levels
-                     } for h in range(1, d_train + 1)
-                 }) for kind, rs in by_kind.items()
-  }
 
 
 def _fmt(cell: dict | None) -> str:
@@ -81,9 +51,10 @@ def main(argv):
     counts = list_heights.score_run(run, _SPLIT.value, num_examples=_EXAMPLES.value)
     runs[workdir] = dict(kind=kind, seed=run.config.seed, step=run.step, counts=counts)
     print(f"{workdir}: {kind} seed {run.config.seed}", file=sys.stderr, flush=True)
-  out = tables(runs, d_train)
+  out = list_heights.tables(runs, d_train)
   heights = sorted({h for t in out.values() for h in t["by_height"]})
   levels = sorted({v for t in out.values() for v in t["trained_heights_by_level"][1]})
+  siblings = sorted({v for t in out.values() for v in t["trained_heights_by_sibling"][1]})
   top = lambda k: (out[k]["by_height"][heights[-1]] or {}).get("mean", 0.0)
   order = sorted(out, key=lambda k: -top(k))
   print(f"\n{_SPLIT.value}, first {_EXAMPLES.value} examples; accuracy at `]` by the closed "
@@ -97,6 +68,12 @@ def main(argv):
   print(bench_util.markdown_table(["position", "height"] + [f"level {v}" for v in levels],
                                   [[k, h] + [_fmt(out[k]["trained_heights_by_level"][h][v])
                                              for v in levels]
+                                   for k in order for h in range(1, d_train + 1)]))
+  print(f"\nLists of the trained heights under the outermost, by their sibling (the highest "
+        f"list closed before them in the same list; 0: none; trained: < {d_train}):\n")
+  print(bench_util.markdown_table(["position", "height"] + [f"sibling {v}" for v in siblings],
+                                  [[k, h] + [_fmt(out[k]["trained_heights_by_sibling"][h][v])
+                                             for v in siblings]
                                    for k in order for h in range(1, d_train + 1)]))
   bench_util.write_json(_OUT.value, dict(machine=bench_util.machine(), split=_SPLIT.value,
                                          examples=_EXAMPLES.value, d_train=d_train, runs=runs,

@@ -6,12 +6,16 @@ causes predict different places. A list's *height* (1 for a list of digits,
 value composes: a list higher than any trained asks the model for a longer
 computation. Its *level* (0 for the outermost list, 1 inside it, ...) is how
 deep it sits: a low list at a high level asks only for a known computation at
-a position deeper than trained. `test_depth` expressions have both; the
-split's accuracy mixes them.
+a position deeper than trained. Its *sibling* (the height of the highest list
+closed before it inside the same enclosing list; 0 when none) says what the
+model has just walked past: a list after a sibling higher than any trained
+one asks for a known computation in a context that no training string had.
+`test_depth` expressions have all three; the split's accuracy mixes them.
 
 `close_labels` labels every `]` from the token ids; `score_run` scores a
 trained run's predictions (the evaluation's argmax over the digits) on a
-split, counted by `(height, level)`.
+split, counted by `(height, level, sibling)`; `tables` reads many runs' counts
+as per-kind accuracies, mean over seeds.
 """
 
 from __future__ import annotations
@@ -20,28 +24,32 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bifocal_jax import evaluate, probe
+from bifocal_jax import evaluate, probe, stats
 
 
 def close_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
                  vocab: probe.Brackets) -> dict[str, np.ndarray]:
   """Per position (`-1` but at a `]`): `height` of the list it closes (1: only
-  digits inside) and its `level` (lists around it: 0 for the outermost), from
-  the probes' stack over the token ids (`probe.nesting_labels`)."""
+  digits inside), its `level` (lists around it: 0 for the outermost) and its
+  `sibling` (the highest list closed before it in the same enclosing list: 0
+  when none, -1 for the outermost), from the probes' stack over the token ids
+  (`probe.nesting_labels`)."""
   labels = probe.nesting_labels(inputs_BxL, valid_BxL, vocab)
   closing = labels["height"] >= 0
-  return dict(height=labels["height"], level=np.where(closing, labels["depth"], -1))
+  return dict(height=labels["height"], level=np.where(closing, labels["depth"], -1),
+              sibling=labels["sibling"])
 
 
 def count(correct_BxL: np.ndarray, labels: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
-  """`{"h,l": {"correct": c, "total": n}}` over the labelled `]`."""
+  """`{"h,l,s": {"correct": c, "total": n}}` over the labelled `]`, keyed by
+  height, level and sibling."""
   scored = labels["height"] >= 0
-  keys = np.stack([labels["height"][scored], labels["level"][scored]], axis=1)
+  keys = np.stack([labels[k][scored] for k in ("height", "level", "sibling")], axis=1)
   hits = np.asarray(correct_BxL)[scored]
   out = {}
   for key in np.unique(keys, axis=0):
     sel = (keys == key).all(1)
-    out[f"{key[0]},{key[1]}"] = dict(correct=int(hits[sel].sum()), total=int(sel.sum()))
+    out[",".join(map(str, key))] = dict(correct=int(hits[sel].sum()), total=int(sel.sum()))
   return out
 
 
@@ -78,3 +86,46 @@ def score_run(run: evaluate.Run, split: str, *, num_examples: int | None = None)
       correct = (predicted == batch["targets"]) & (batch["mask"] > 0)
       counts = merge(counts, count(correct, close_labels(batch["inputs"], batch["valid"], vocab)))
   return counts
+
+
+def accuracy(counts: dict, keep) -> float | None:
+  """Accuracy over the `count` keys `(height, level, sibling)` that `keep` accepts."""
+  hits = total = 0
+  for key, v in counts.items():
+    if keep(*map(int, key.split(","))):
+      hits, total = hits + v["correct"], total + v["total"]
+  return hits / total if total else None
+
+
+def over_seeds(runs: list[dict], keep) -> dict | None:
+  """Mean over the runs holding such lists of each one's accuracy, with its 95% t-interval."""
+  values = [a for a in (accuracy(r["counts"], keep) for r in runs) if a is not None]
+  return stats.seed_interval(values) if values else None
+
+
+def tables(runs: dict[str, dict], d_train: int) -> dict:
+  """Per kind, over `runs` (`{name: {"kind": k, "counts": count, ...}}`), each
+  cell the mean of its runs' accuracies (`over_seeds`): by height; at each
+  trained height (<= `d_train`) by level; and, below the outermost list, by
+  sibling."""
+  keys = [tuple(map(int, k.split(","))) for r in runs.values() for k in r["counts"]]
+  heights, levels = sorted({k[0] for k in keys}), sorted({k[1] for k in keys})
+  siblings = sorted({k[2] for k in keys} - {-1})
+  by_kind: dict[str, list[dict]] = {}
+  for r in runs.values():
+    by_kind.setdefault(r["kind"], []).append(r)
+  trained = range(1, d_train + 1)
+
+  def kind_tables(rs):
+    by_level = lambda h, v: over_seeds(rs, lambda a, b, _: a == h and b == v)
+    by_sibling = lambda h, s: over_seeds(rs, lambda a, _, c: a == h and c == s)
+    return dict(
+        by_height={h: over_seeds(rs, lambda a, *_, h=h: a == h) for h in heights},
+        trained_heights_by_level={h: {
+            v: by_level(h, v) for v in levels
+        } for h in trained},
+        trained_heights_by_sibling={h: {
+            s: by_sibling(h, s) for s in siblings
+        } for h in trained})
+
+  return {kind: kind_tables(rs) for kind, rs in by_kind.items()}

@@ -139,6 +139,9 @@ def nesting_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
               (-1 when none is open); all -1 for Dyck
     height    at a closing bracket, the height of the pair it closes: 1 with
               no pair inside, else 1 + the highest pair directly inside
+    sibling   at a closing bracket, the height of the highest pair closed
+              before it directly inside the same enclosing pair (0: none
+              yet; -1 at an outermost pair, which has no enclosing one)
 
   A ValueError names the first string that closes more than it opened.
   """
@@ -157,7 +160,7 @@ def nesting_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
   rows = np.arange(b)
   out = {
       name: np.full((b, length), -1, np.int64)
-      for name in ("depth", "match", "top", "operator", "height")
+      for name in ("depth", "match", "top", "operator", "height", "sibling")
   }
   for t in range(length):
     closing = is_close[:, t]
@@ -169,6 +172,7 @@ def nesting_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
     pair_height = highest[r, slot] + 1
     out["height"][r, t] = pair_height
     inner = slot > 0
+    out["sibling"][r[inner], t] = highest[r[inner], slot[inner] - 1]
     highest[r[inner], slot[inner] - 1] = np.maximum(highest[r[inner], slot[inner] - 1],
                                                     pair_height[inner])
     height = height - closing

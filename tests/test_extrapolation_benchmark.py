@@ -681,6 +681,42 @@ def test_report_pairs_randomized_encodings_with_their_bases_and_across_tasks(tmp
   assert "### Randomization" not in report_lib.report(without, str(tmp_path / "plain"))
 
 
+def test_report_pairs_a_mixed_kind_with_each_of_its_kinds(tmp_path):
+  """`rope+alibi` against `rope` and against `alibi`, token and closing-bracket
+  accuracy; a mix whose second kind never ran is paired with the first only;
+  `spectral+alibi` also against `rope+alibi` (other eyes beside the same heads)."""
+  results = str(tmp_path)
+  summaries = []
+  # valid: rope 0.5, alibi 0.7, rope+alibi 0.6 on every seed; closing brackets
+  # rope+alibi 0.05 above alibi on every seed
+  for seed in range(3):
+    for kind, valid in (("rope", 0.5), ("alibi", 0.7), ("rope+alibi", 0.6),
+                        ("rope+fire", 0.55), ("spectral+alibi", 0.62)):
+      s = _summary(kind, seed, valid=valid + 0.01 * seed)
+      s["splits"]["valid"]["close_accuracy"] = valid + 0.01 * seed + 0.15 * (kind == "rope+alibi")
+      summaries.append(s)
+  _write(results, summaries)
+  preset = ex.Preset(tasks=(ex.TaskSpec("odds_first", ("valid",)),),
+                     kinds=("rope", "alibi", "rope+alibi", "rope+fire", "spectral+alibi"),
+                     seeds=(0, 1, 2))
+  section = report_lib.report(preset, results).split("Mixed-scheme heads", 1)[1]
+  token, closing = section.split("The same, closing-bracket accuracy", 1)
+  token = token.split("\n\n", 2)[1]
+  rows = {r[0]: r[1:] for r in _rows(token, "rope+")}
+  assert rows["rope+alibi (scratch) - alibi (scratch)"][2] == "**-0.100 [-0.100, -0.100]**"
+  assert rows["rope+alibi (scratch) - rope (scratch)"][2] == "**+0.100 [+0.100, +0.100]**"
+  assert list(rows) == ["rope+alibi (scratch) - rope (scratch)",
+                        "rope+alibi (scratch) - alibi (scratch)",
+                        "rope+fire (scratch) - rope (scratch)"]  # no fire run to pair with
+  spectral = {r[0]: r[1:] for r in _rows(token, "spectral+alibi")}
+  assert list(spectral) == ["spectral+alibi (scratch) - alibi (scratch)",
+                            "spectral+alibi (scratch) - rope+alibi (scratch)"]  # no spectral run
+  assert spectral["spectral+alibi (scratch) - rope+alibi (scratch)"][2] == (
+      "**+0.020 [+0.020, +0.020]**")
+  close_rows = {r[0]: r[1:] for r in _rows(closing, "rope+alibi")}
+  assert close_rows["rope+alibi (scratch) - alibi (scratch)"][1] == "**+0.050 [+0.050, +0.050]**"
+
+
 def test_report_probe_table_means_per_cell_scratch_arms_first(tmp_path):
   results = str(tmp_path)
   summaries = []

@@ -35,18 +35,41 @@ def labels_of(task, *texts):
 
 def closes(labels, row):
   at = labels["height"][row] >= 0
-  return list(zip(labels["height"][row][at].tolist(), labels["level"][row][at].tolist()))
+  return list(zip(*(labels[k][row][at].tolist() for k in ("height", "level", "sibling"))))
 
 
-def test_heights_and_levels_of_written_expressions():
+def parsed_closes(tokens):
+  """(height, level, sibling) at each `]`, left to right, by recursive descent
+  over the tokens: the test's own reading of the definitions, without arrays."""
+  out, at = [], 0
+
+  def parse(level, sibling):  # tokens[at] opens a list; returns its height
+    nonlocal at
+    at += 1
+    highest = 0  # the highest list closed so far inside this one
+    while tokens[at] != "]":
+      if tokens[at].startswith("["):
+        highest = max(highest, parse(level + 1, highest))
+      else:
+        at += 1
+    at += 1
+    out.append((highest + 1, level, sibling))
+    return highest + 1
+
+  parse(0, -1)
+  return out
+
+
+def test_heights_levels_and_siblings_of_written_expressions():
   task = listops_depth()
   labels = labels_of(task, "[MAX 2 [MIN 4 [SM 1 2 ] ] 0 ]",
                      "[MIN [MAX 1 [MIN 2 3 ] ] [SM 4 5 ] 7 ]", "[MED 1 2 ]")
-  # (height, level) at each `]`, left to right
-  assert closes(labels, 0) == [(1, 2), (2, 1), (3, 0)]
-  # a sibling list starts from nothing: SM's height is its own, not MAX's
-  assert closes(labels, 1) == [(1, 2), (2, 1), (1, 1), (3, 0)]
-  assert closes(labels, 2) == [(1, 0)]
+  # (height, level, sibling) at each `]`, left to right
+  assert closes(labels, 0) == [(1, 2, 0), (2, 1, 0), (3, 0, -1)]
+  # a sibling list starts from nothing: SM's height is its own, not MAX's;
+  # SM comes after MAX (height 2) inside the same list
+  assert closes(labels, 1) == [(1, 2, 0), (2, 1, 0), (1, 1, 2), (3, 0, -1)]
+  assert closes(labels, 2) == [(1, 0, -1)]
   assert (labels["height"][2, 4:] == -1).all()  # padding
 
 
@@ -68,12 +91,37 @@ def test_generated_expressions_agree_with_the_task_and_the_probes_stack():
   # a list is higher than every list inside it, and at most its level below the top
   assert (labels["height"][at_close] + labels["level"][at_close] <= np.repeat(
       batch["depth"], at_close.sum(1))).all()
+  # all three labels as a recursive descent over the tokens reads them
+  for row in range(len(batch["inputs"])):
+    tokens = [task.vocab[i] for i in batch["inputs"][row][batch["valid"][row]]]
+    assert closes(labels, row) == parsed_closes(tokens)
+  # siblings as high as d_train, which no training string has (its lists under the
+  # outermost are at most d_train - 1 high), occur
+  assert (labels["sibling"][at_close] >= task.config.d_train).any()
 
 
 def test_a_list_closed_before_it_opened_is_an_error():
   task = listops_depth()
   with pytest.raises(ValueError, match="string 0 closes a bracket at position 1"):
     labels_of(task, "3 ] [MIN 1 2 ]")
+
+
+def test_tables_average_each_runs_accuracy():
+  runs = {
+      "a0": dict(kind="a", counts={"1,1,0": dict(correct=1, total=2),
+                                   "1,1,3": dict(correct=0, total=2),
+                                   "2,0,-1": dict(correct=1, total=1)}),
+      "a1": dict(kind="a", counts={"1,1,0": dict(correct=2, total=2),
+                                   "1,1,3": dict(correct=1, total=2)}),
+  }
+  table = list_heights.tables(runs, d_train=2)["a"]
+  assert table["by_height"][1]["mean"] == pytest.approx((1 / 4 + 3 / 4) / 2)
+  assert table["by_height"][2]["n"] == 1 and table["by_height"][2]["mean"] == 1.0
+  assert table["trained_heights_by_sibling"][1][0]["mean"] == pytest.approx((1 / 2 + 1) / 2)
+  assert table["trained_heights_by_sibling"][1][3]["mean"] == pytest.approx((0 + 1 / 2) / 2)
+  assert -1 not in table["trained_heights_by_sibling"][1]  # the outermost list has no sibling
+  assert table["trained_heights_by_sibling"][2][0] is None  # no such list in any run
+  assert table["trained_heights_by_level"][2][0]["mean"] == 1.0
 
 
 def untrained_run(config_file):
@@ -121,5 +169,7 @@ def test_the_benchmark_reports_a_trained_run(tmp_path):
   assert run["step"] == 10 and sum(v["total"] for v in run["counts"].values()) > 0
   table = result["by_kind"][config.position.kind]
   assert table["by_height"]["1"]["n"] == 1  # one run: its own accuracy, no interval
-  assert set(table["trained_heights_by_level"]) == {str(h) for h in range(1, config.task.d_train + 1)}
+  trained = {str(h) for h in range(1, config.task.d_train + 1)}
+  assert set(table["trained_heights_by_level"]) == set(table["trained_heights_by_sibling"]) == trained
+  assert "by their sibling" in proc.stdout
   assert "accuracy at `]` by the closed list's height" in proc.stdout

@@ -55,6 +55,9 @@ def test_dyck_labels_by_hand():
   assert labels["match"][0].tolist() == [-1, -1, 1, 0, -1, -1, 5, 4, -1]
   assert labels["top"][0].tolist() == [0, 1, 0, -1, 4, 5, 4, -1, -1]
   assert labels["height"][0].tolist() == [-1, -1, 1, 2, -1, -1, 1, 2, -1]
+  # (b b) and (a a) are each the first pair inside theirs; the outer pairs are
+  # outermost (-1), the second one's earlier pair of height 2 notwithstanding
+  assert labels["sibling"][0].tolist() == [-1, -1, 0, -1, -1, -1, 0, -1, -1]
   assert (labels["operator"] == -1).all()
 
 
