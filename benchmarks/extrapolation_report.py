@@ -16,8 +16,8 @@
     mean difference and its 95% interval; a difference is called only where
     the interval excludes zero (`stats.paired_difference`);
   * the paper's protocol (surgery vs continue), each randomized encoding
-    against its base, each mixed kind `a+b` against `a` and against `b`, and
-    the sensitivity settings, paired the same way; across
+    against its base, each mixed kind `a+b` against `a`, `b` and `rope+b`,
+    and the sensitivity settings, paired the same way; across
     the Chomsky-hierarchy tasks, the randomized encodings' gain set beside
     Ruoss et al. 2023's;
   * where a preset adds seeds to some cells after seeing the first ones
