@@ -5,7 +5,8 @@ at each `]` by the closed list's height and level (`bifocal_jax/list_heights.py`
       --examples=1000 --out=benchmarks/results/list_heights.json
 
 Each workdir is a trained run (its last checkpoint); its kind and seed are read
-from its config. Prints, per kind (mean over its runs [95% t-interval]), the
+from its config; a run whose last checkpoint is short of its `steps` (one a
+sweep is still training) is skipped, and said so. Prints, per kind (mean over its runs [95% t-interval]), the
 accuracy at lists of each height; at each trained height (<= `d_train`) by
 level: a list as high as trained ones but sitting deeper than any did; and at
 each trained height by its sibling (the highest list closed before it in the
@@ -47,10 +48,16 @@ def main(argv):
   runs, d_train = {}, None
   for workdir in workdirs:
     run = evaluate.load_run(workdir)
+    if run.step < run.config.steps:  # a sweep's run still in flight: not a trained model
+      print(f"{workdir}: skipped, its last checkpoint is step {run.step} of "
+            f"{run.config.steps}", file=sys.stderr, flush=True)
+      continue
     kind, d_train = run.config.position.kind, run.config.task.d_train
     counts = list_heights.score_run(run, _SPLIT.value, num_examples=_EXAMPLES.value)
     runs[workdir] = dict(kind=kind, seed=run.config.seed, step=run.step, counts=counts)
     print(f"{workdir}: {kind} seed {run.config.seed}", file=sys.stderr, flush=True)
+  if not runs:
+    raise ValueError(f"--workdirs={_WORKDIRS.value!r}: no run has finished training")
   out = list_heights.tables(runs, d_train)
   heights = sorted({h for t in out.values() for h in t["by_height"]})
   levels = sorted({v for t in out.values() for v in t["trained_heights_by_level"][1]})

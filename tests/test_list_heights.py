@@ -3,6 +3,7 @@ generated expressions, and a run's counts against the evaluation's own."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -153,17 +154,23 @@ def test_other_tasks_are_refused():
 
 
 @pytest.mark.slow
-def test_the_benchmark_reports_a_trained_run(tmp_path):
+def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   workdir = str(tmp_path / "run")
   config = config_lib.load_file(os.path.join(ROOT, "configs", "listops_depth.py"), "tiny")
-  config.steps = config.checkpoint_every = config.eval_every = 10
+  config.steps = config.eval_every = 10
+  config.checkpoint_every = 5
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
   train.train_and_evaluate(config, workdir)
+  # the same run as a sweep still training it would leave it: its last checkpoint at step 5
+  in_flight = str(tmp_path / "run_in_flight")
+  shutil.copytree(workdir, in_flight)
+  shutil.rmtree(os.path.join(in_flight, "checkpoints", "10"))
   out = tmp_path / "heights.json"
-  proc = subprocess.run([sys.executable, "benchmarks/list_heights.py", f"--workdirs={workdir}",
-                         "--examples=16", f"--out={out}"], cwd=ROOT, capture_output=True,
-                        text=True, env=helpers.subprocess_env(), timeout=300)
+  proc = subprocess.run([sys.executable, "benchmarks/list_heights.py",
+                         f"--workdirs={tmp_path}/run*", "--examples=16", f"--out={out}"], cwd=ROOT,
+                        capture_output=True, text=True, env=helpers.subprocess_env(), timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
+  assert f"{in_flight}: skipped, its last checkpoint is step 5 of 10" in proc.stderr
   result = json.loads(out.read_text())
   [run] = result["runs"].values()
   assert run["step"] == 10 and sum(v["total"] for v in run["counts"].values()) > 0
