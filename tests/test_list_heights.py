@@ -180,3 +180,20 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   assert set(table["trained_heights_by_level"]) == set(table["trained_heights_by_sibling"]) == trained
   assert "by their sibling" in proc.stdout
   assert "accuracy at `]` by the closed list's height" in proc.stdout
+  # without the checkpoints: the same tables from the JSON, and the figure
+  png = tmp_path / "heights.png"
+  again = subprocess.run([sys.executable, "benchmarks/list_heights.py", f"--from_json={out}",
+                          f"--plot={png}"], cwd=ROOT, capture_output=True, text=True,
+                         env=helpers.subprocess_env(), timeout=300)
+  assert again.returncode == 0, again.stderr[-2000:]
+  tables_of = lambda stdout: stdout.split("wrote ")[0].rstrip()
+  assert tables_of(again.stdout) == tables_of(proc.stdout)
+  assert png.stat().st_size > 0
+  result["runs"][workdir]["counts"] = {"1,2": dict(correct=1, total=1)}  # (height, level) only
+  bad = tmp_path / "old.json"
+  bad.write_text(json.dumps(result))
+  refused = subprocess.run([sys.executable, "benchmarks/list_heights.py", f"--from_json={bad}"],
+                           cwd=ROOT, capture_output=True, text=True, env=helpers.subprocess_env(),
+                           timeout=300)
+  assert refused.returncode != 0
+  assert f"--from_json='{bad}': not a list_heights.py --out" in refused.stderr
