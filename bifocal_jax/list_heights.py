@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bifocal_jax import evaluate, probe, stats
+from bifocal_jax import evaluate, labelled_counts, probe
 
 
 def close_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
@@ -42,25 +42,9 @@ def close_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
 
 def count(correct_BxL: np.ndarray, labels: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
   """`{"h,l,s": {"correct": c, "total": n}}` over the labelled `]`, keyed by
-  height, level and sibling."""
-  scored = labels["height"] >= 0
-  keys = np.stack([labels[k][scored] for k in ("height", "level", "sibling")], axis=1)
-  hits = np.asarray(correct_BxL)[scored]
-  out = {}
-  for key in np.unique(keys, axis=0):
-    sel = (keys == key).all(1)
-    out[",".join(map(str, key))] = dict(correct=int(hits[sel].sum()), total=int(sel.sum()))
-  return out
-
-
-def merge(a: dict, b: dict) -> dict:
-  """Two `count`s added."""
-  out = {k: dict(v) for k, v in a.items()}
-  for k, v in b.items():
-    mine = out.setdefault(k, dict(correct=0, total=0))
-    mine["correct"] += v["correct"]
-    mine["total"] += v["total"]
-  return out
+  height, level and sibling (`labelled_counts.count`)."""
+  return labelled_counts.count(correct_BxL, labels["height"] >= 0, labels,
+                               ("height", "level", "sibling"))
 
 
 def score_run(run: evaluate.Run, split: str, *, num_examples: int | None = None) -> dict:
@@ -84,28 +68,14 @@ def score_run(run: evaluate.Run, split: str, *, num_examples: int | None = None)
     for batch in run.evaluator.split_batches(split, num_examples=num_examples):
       predicted = np.asarray(predict(run.params, batch["inputs"], batch["valid"]))
       correct = (predicted == batch["targets"]) & (batch["mask"] > 0)
-      counts = merge(counts, count(correct, close_labels(batch["inputs"], batch["valid"], vocab)))
+      counts = labelled_counts.merge(
+          counts, count(correct, close_labels(batch["inputs"], batch["valid"], vocab)))
   return counts
-
-
-def accuracy(counts: dict, keep) -> float | None:
-  """Accuracy over the `count` keys `(height, level, sibling)` that `keep` accepts."""
-  hits = total = 0
-  for key, v in counts.items():
-    if keep(*map(int, key.split(","))):
-      hits, total = hits + v["correct"], total + v["total"]
-  return hits / total if total else None
-
-
-def over_seeds(runs: list[dict], keep) -> dict | None:
-  """Mean over the runs holding such lists of each one's accuracy, with its 95% t-interval."""
-  values = [a for a in (accuracy(r["counts"], keep) for r in runs) if a is not None]
-  return stats.seed_interval(values) if values else None
 
 
 def tables(runs: dict[str, dict], d_train: int) -> dict:
   """Per kind, over `runs` (`{name: {"kind": k, "counts": count, ...}}`), each
-  cell the mean of its runs' accuracies (`over_seeds`): by height; at each
+  cell the mean of its runs' accuracies (`labelled_counts.over_seeds`): by height; at each
   trained height (<= `d_train`) by level; and, below the outermost list, by
   sibling."""
   keys = [tuple(map(int, k.split(","))) for r in runs.values() for k in r["counts"]]
@@ -117,6 +87,7 @@ def tables(runs: dict[str, dict], d_train: int) -> dict:
   trained = range(1, d_train + 1)
 
   def kind_tables(rs):
+    over_seeds = labelled_counts.over_seeds
     by_level = lambda h, v: over_seeds(rs, lambda a, b, _: a == h and b == v)
     by_sibling = lambda h, s: over_seeds(rs, lambda a, _, c: a == h and c == s)
     return dict(

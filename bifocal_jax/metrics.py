@@ -49,12 +49,18 @@ def accuracy_counts(logits_BxLxV, targets_BxL, mask_BxL, *, close_ids=None, clas
   hit = (predicted_BxL == targets_BxL) & mask
   out = dict(token_correct=hit.sum(-1), token_total=mask.sum(-1))
   if close_ids is not None:
-    probs = jax.nn.softmax(logits_BxLxV.astype(jnp.float32), axis=-1)
-    close_p = probs[..., jnp.asarray(close_ids)]
-    p_target = jnp.take_along_axis(probs, targets_BxL[..., None], axis=-1)[..., 0]
-    ok = (p_target / jnp.maximum(close_p.sum(-1), 1e-30) > ratio) & mask
-    out["close_correct"] = ok.sum(-1)
+    out["close_correct"] = close_correct(logits_BxLxV, targets_BxL, mask_BxL, close_ids,
+                                         ratio).sum(-1)
   return out
+
+
+def close_correct(logits_BxLxV, targets_BxL, mask_BxL, close_ids, ratio=0.8):
+  """Yao et al.'s closing-bracket score at each position (`[B, L]` bool): the
+  target's probability over all closing brackets' exceeds `ratio`, under the mask."""
+  probs = jax.nn.softmax(logits_BxLxV.astype(jnp.float32), axis=-1)
+  close_p = probs[..., jnp.asarray(close_ids)]
+  p_target = jnp.take_along_axis(probs, targets_BxL[..., None], axis=-1)[..., 0]
+  return (p_target / jnp.maximum(close_p.sum(-1), 1e-30) > ratio) & (mask_BxL > 0)
 
 
 class MetricsWindow:

@@ -142,6 +142,9 @@ def nesting_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
     sibling   at a closing bracket, the height of the highest pair closed
               before it directly inside the same enclosing pair (0: none
               yet; -1 at an outermost pair, which has no enclosing one)
+    skipped   after the token, the height of the highest pair closed so far
+              directly inside the innermost open bracket (0: none yet; -1
+              when none is open): what lies between it and the next token
 
   A ValueError names the first string that closes more than it opened.
   """
@@ -160,7 +163,7 @@ def nesting_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
   rows = np.arange(b)
   out = {
       name: np.full((b, length), -1, np.int64)
-      for name in ("depth", "match", "top", "operator", "height", "sibling")
+      for name in ("depth", "match", "top", "operator", "height", "sibling", "skipped")
   }
   for t in range(length):
     closing = is_close[:, t]
@@ -181,6 +184,9 @@ def nesting_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
     highest[rows[opening], height[opening]] = 0
     height = height + opening
     out["depth"][:, t] = np.where(valid[:, t], height, 0)
+    out["skipped"][:, t] = np.where(valid[:, t] & (height > 0), highest[rows,
+                                                                        np.maximum(height - 1, 0)],
+                                    -1)
     top = np.where(height > 0, stack[rows, np.maximum(height - 1, 0)], -1)
     out["top"][:, t] = top
     out["operator"][:, t] = np.where(top >= 0, op_of_id[inputs[rows, np.maximum(top, 0)]], -1)

@@ -27,6 +27,20 @@ TEST_OVERRIDES = {"buckets": (40,), "log_every": 1, "eval_every": 10, "spectral.
 TIMING_KEYS = ("time", "steps_per_sec", "tokens_per_sec")
 
 
+def untrained_run(config_file: str):
+  """An `evaluate.Run` of `configs/<config_file>`'s `tiny` variant at its
+  initial weights, on this machine's devices (nothing trained or written)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import evaluate, sharding, state  # pylint: disable=g-import-not-at-top
+  config = config_lib.load_file(str(ROOT / "configs" / config_file), "tiny")
+  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
+  mesh = sharding.make_mesh(config.mesh)
+  with jax.set_mesh(mesh):
+    setup, params_state = state.setup(config, mesh)
+  return evaluate.Run("", config, evaluate.Evaluator(setup), params_state["params"], 0)
+
+
 def tiny_config(overrides: dict | None = None, config_file: str = "dyck.py"):
   """The test config (of another task: its file's `tiny`), with `{"dotted.key": value}`
   overrides on top."""

@@ -8,15 +8,12 @@ import subprocess
 import sys
 
 import helpers
-import jax
 import ml_collections
 import numpy as np
 import pytest
 
 from bifocal_jax import config as config_lib
-from bifocal_jax import evaluate, list_heights, probe, tasks
-from bifocal_jax import sharding as sharding_lib
-from bifocal_jax import state as state_lib
+from bifocal_jax import list_heights, probe, tasks
 from bifocal_jax import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -125,19 +122,9 @@ def test_tables_average_each_runs_accuracy():
   assert table["trained_heights_by_level"][2][0]["mean"] == 1.0
 
 
-def untrained_run(config_file):
-  """A `Run` of the config file's `tiny` variant at its initial weights."""
-  config = config_lib.load_file(os.path.join(ROOT, "configs", config_file), "tiny")
-  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
-  mesh = sharding_lib.make_mesh(config.mesh)
-  with jax.set_mesh(mesh):
-    setup, state = state_lib.setup(config, mesh)
-  return evaluate.Run("", config, evaluate.Evaluator(setup), state["params"], 0)
-
-
 def test_counts_of_a_run_are_the_evaluations():
   """Every `]` counted once, and as many correct as the evaluation scores."""
-  run = untrained_run("listops_depth.py")
+  run = helpers.untrained_run("listops_depth.py")
   counts = list_heights.score_run(run, "test_depth", num_examples=32)
   split = run.evaluator.split(run.params, "test_depth", num_examples=32)
   assert sum(v["total"] for v in counts.values()) == split["tokens"]
@@ -148,7 +135,7 @@ def test_counts_of_a_run_are_the_evaluations():
 
 
 def test_other_tasks_are_refused():
-  run = untrained_run("listops.py")
+  run = helpers.untrained_run("listops.py")
   with pytest.raises(ValueError, match="task 'listops' scores no list but the last"):
     list_heights.score_run(run, "test_depth", num_examples=8)
 

@@ -1,0 +1,124 @@
+"""Dyck answers by depth and by the pairs walked past: labels of written and
+generated strings, a run's counts against the evaluation's own."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import helpers
+import ml_collections
+import numpy as np
+import pytest
+
+from bifocal_jax import config as config_lib
+from bifocal_jax import dyck_skips, probe, tasks, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def dyck():
+  return tasks.get_task(tasks.default_task_config("dyck"))
+
+
+def walked(tokens):
+  """(depth, skipped) after each token, by a list of open brackets' highest
+  closed children: the test's own reading of the definitions."""
+  out, stack = [], []
+  for token in tokens:
+    if token.startswith("("):
+      stack.append(0)
+    elif token.endswith(")"):
+      height = stack.pop() + 1
+      if stack:
+        stack[-1] = max(stack[-1], height)
+    out.append((len(stack), stack[-1] if stack else -1))
+  return out
+
+
+def test_labels_of_a_written_string():
+  task = dyck()
+  text = "(a (b b) (c (a a) c) a) END"
+  ids = np.array([[task.token_ids[t] for t in text.split()]])
+  labels = dyck_skips.position_labels(ids, ids > 0, probe.brackets(task))
+  assert labels["depth"][0].tolist() == [1, 2, 1, 2, 3, 2, 1, 0, 0]
+  # (b b) then (c (a a) c), of height 2, closed inside (a; nothing open after a)
+  assert labels["skipped"][0].tolist() == [0, 0, 1, 0, 0, 1, 2, -1, -1]
+
+
+def test_generated_strings_agree_with_a_walk_and_the_tasks_mask():
+  task = dyck()
+  batch = task.batch("test_depth", np.arange(40), task.max_sequence_length("test_depth"))
+  labels = dyck_skips.position_labels(batch["inputs"], batch["valid"], probe.brackets(task))
+  for row in range(len(batch["inputs"])):
+    n = int(batch["valid"][row].sum())
+    tokens = [task.vocab[i] for i in batch["inputs"][row][:n]]
+    assert list(zip(labels["depth"][row][:n].tolist(),
+                    labels["skipped"][row][:n].tolist())) == walked(tokens)
+  # a position is scored exactly where a bracket is open
+  np.testing.assert_array_equal(batch["mask"] > 0, labels["depth"] > 0)
+  m = task.config.m
+  assert (labels["skipped"] >= m).any()  # pairs higher than any inside a training string
+
+
+def test_tables_average_each_runs_accuracy():
+  runs = {
+      "a0": dict(kind="a", counts={"1,0": dict(correct=1, total=1),
+                                   "7,0": dict(correct=0, total=2),
+                                   "2,6": dict(correct=1, total=4)}),
+      "a1": dict(kind="a", counts={"1,0": dict(correct=1, total=1),
+                                   "7,6": dict(correct=1, total=1)}),
+  }
+  table = dyck_skips.tables(runs, m=5)["a"]
+  assert table["by_depth"][7]["mean"] == pytest.approx((0 + 1) / 2)
+  assert table["by_skipped"][6]["mean"] == pytest.approx((1 / 4 + 1) / 2)
+  assert table["by_skipped"][0]["mean"] == pytest.approx((1 / 3 + 1) / 2)
+  # at the trained depths only: run a0's depth-2 position, none of a1's
+  assert table["by_skipped_at_trained_depths"][6]["n"] == 1
+  assert table["by_skipped_at_trained_depths"][6]["mean"] == pytest.approx(1 / 4)
+
+
+def test_counts_of_a_run_are_the_evaluations():
+  """Every scored position counted once, as many correct as the evaluation's
+  closing-bracket accuracy says."""
+  run = helpers.untrained_run("dyck.py")
+  counts = dyck_skips.score_run(run, "test_depth", num_examples=32)
+  split = run.evaluator.split(run.params, "test_depth", num_examples=32)
+  assert sum(v["total"] for v in counts.values()) == split["tokens"]
+  assert sum(v["correct"] for v in counts.values()) == round(
+      split["close_accuracy"] * split["tokens"])
+  depths = {int(k.split(",")[0]) for k in counts}
+  assert max(depths) > run.config.task.m and min(depths) == 1
+
+
+def test_other_tasks_are_refused():
+  run = helpers.untrained_run("listops_depth.py")
+  with pytest.raises(ValueError, match="task 'listops_depth' has no closing-bracket score"):
+    dyck_skips.score_run(run, "test_depth", num_examples=8)
+
+
+@pytest.mark.slow
+def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
+  workdir = str(tmp_path / "run")
+  config = config_lib.load_file(os.path.join(ROOT, "configs", "dyck.py"), "tiny")
+  config.steps = config.eval_every = 10
+  config.checkpoint_every = 5
+  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
+  train.train_and_evaluate(config, workdir)
+  in_flight = str(tmp_path / "run_in_flight")
+  shutil.copytree(workdir, in_flight)
+  shutil.rmtree(os.path.join(in_flight, "checkpoints", "10"))
+  out = tmp_path / "skips.json"
+  proc = subprocess.run([sys.executable, "benchmarks/dyck_skips.py", f"--workdirs={tmp_path}/run*",
+                         "--examples=16", f"--out={out}"], cwd=ROOT, capture_output=True,
+                        text=True, env=helpers.subprocess_env(), timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert f"{in_flight}: skipped, its last checkpoint is step 5 of 10" in proc.stderr
+  result = json.loads(out.read_text())
+  [run] = result["runs"].values()
+  assert run["step"] == 10 and result["m"] == config.task.m
+  table = result["by_kind"][config.position.kind]
+  assert set(table) == {"by_depth", "by_skipped", "by_skipped_at_trained_depths"}
+  assert "closing-bracket accuracy by depth" in proc.stdout
+  assert "positions at depth <= " in proc.stdout
