@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import glob
 import json
 import os
 import platform
 import statistics
+import sys
 import time
 from typing import Callable
 
@@ -23,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bifocal_jax import config as config_lib
-from bifocal_jax import state, tasks
+from bifocal_jax import evaluate, state, tasks
 from bifocal_jax import steps as steps_lib
 
 
@@ -133,6 +135,30 @@ def write_json(path: str | None, results: dict) -> None:
   with open(path, "w") as f:
     json.dump(results, f, indent=2, sort_keys=True)
   print(f"wrote {path}")
+
+
+def score_trained_runs(pattern: str | None, score: Callable[[evaluate.Run], dict]) -> tuple[dict, object]:
+  """`({workdir: {"kind", "seed", "step", "counts": score(run)}}, the last
+  run's task config)` over the run directories `pattern` (`--workdirs`) matches,
+  each at its last checkpoint. A run whose last checkpoint is short of its
+  `steps` (one a sweep is still training) is skipped, and said so on stderr;
+  nothing matched, or nothing finished, is a one-line ValueError."""
+  workdirs = sorted(glob.glob(pattern or ""))
+  if not workdirs:
+    raise ValueError(f"--workdirs={pattern!r}: matches no directory")
+  runs, task = {}, None
+  for workdir in workdirs:
+    run = evaluate.load_run(workdir)
+    if run.step < run.config.steps:
+      print(f"{workdir}: skipped, its last checkpoint is step {run.step} of "
+            f"{run.config.steps}", file=sys.stderr, flush=True)
+      continue
+    kind, task = run.config.position.kind, run.config.task
+    runs[workdir] = dict(kind=kind, seed=run.config.seed, step=run.step, counts=score(run))
+    print(f"{workdir}: {kind} seed {run.config.seed}", file=sys.stderr, flush=True)
+  if not runs:
+    raise ValueError(f"--workdirs={pattern!r}: no run has finished training")
+  return runs, task
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:

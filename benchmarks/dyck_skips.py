@@ -15,7 +15,6 @@ innermost open bracket), and by skipped height at the trained depths alone.
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
 
@@ -23,7 +22,8 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax import dyck_skips, evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+from bifocal_jax import dyck_skips  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+from report_tables import fmt_interval  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _WORKDIRS = flags.DEFINE_string("workdirs", None, "Glob of trained Dyck run directories.")
 _SPLIT = flags.DEFINE_string("split", "test_depth", "The split to score.")
@@ -31,32 +31,12 @@ _EXAMPLES = flags.DEFINE_integer("examples", 1000, "Its first examples.")
 _OUT = flags.DEFINE_string("out", None, "Write the counts and the tables as JSON here.")
 
 
-def _fmt(cell: dict | None) -> str:
-  if cell is None:
-    return "-"
-  if cell["ci95"] is None:
-    return f"{cell['mean']:.3f}"
-  return f"{cell['mean']:.3f} [{cell['ci95'][0]:.2f}, {cell['ci95'][1]:.2f}]"
-
-
 def main(argv):
   del argv
-  workdirs = sorted(glob.glob(_WORKDIRS.value or ""))
-  if not workdirs:
-    raise ValueError(f"--workdirs={_WORKDIRS.value!r}: matches no directory")
-  runs, m = {}, None
-  for workdir in workdirs:
-    run = evaluate.load_run(workdir)
-    if run.step < run.config.steps:  # a sweep's run still in flight: not a trained model
-      print(f"{workdir}: skipped, its last checkpoint is step {run.step} of "
-            f"{run.config.steps}", file=sys.stderr, flush=True)
-      continue
-    kind, m = run.config.position.kind, run.config.task.m
-    counts = dyck_skips.score_run(run, _SPLIT.value, num_examples=_EXAMPLES.value)
-    runs[workdir] = dict(kind=kind, seed=run.config.seed, step=run.step, counts=counts)
-    print(f"{workdir}: {kind} seed {run.config.seed}", file=sys.stderr, flush=True)
-  if not runs:
-    raise ValueError(f"--workdirs={_WORKDIRS.value!r}: no run has finished training")
+  runs, task = bench_util.score_trained_runs(
+      _WORKDIRS.value,
+      lambda run: dyck_skips.score_run(run, _SPLIT.value, num_examples=_EXAMPLES.value))
+  m = task.m
   out = dyck_skips.tables(runs, m)
   depths = sorted({d for t in out.values() for d in t["by_depth"]})
   skips = sorted({s for t in out.values() for s in t["by_skipped"]})
@@ -65,14 +45,14 @@ def main(argv):
   print(f"\n{_SPLIT.value}, first {_EXAMPLES.value} strings; closing-bracket accuracy by depth "
         f"(trained: <= {m}), mean over seeds [95% t-interval]:\n")
   print(bench_util.markdown_table(["position", "runs"] + [f"depth {d}" for d in depths],
-                                  [[k, seeds(k)] + [_fmt(out[k]["by_depth"][d]) for d in depths]
+                                  [[k, seeds(k)] + [fmt_interval(out[k]["by_depth"][d]) for d in depths]
                                    for k in order]))
   for table, what in (("by_skipped", "every position"),
                       ("by_skipped_at_trained_depths", f"positions at depth <= {m}")):
     print(f"\nBy skipped height (the highest pair closed so far inside the innermost open "
           f"bracket; trained: < {m}), {what}:\n")
     print(bench_util.markdown_table(["position", "runs"] + [f"skipped {s}" for s in skips],
-                                    [[k, seeds(k)] + [_fmt(out[k][table][s]) for s in skips]
+                                    [[k, seeds(k)] + [fmt_interval(out[k][table][s]) for s in skips]
                                      for k in order]))
   bench_util.write_json(_OUT.value, dict(machine=bench_util.machine(), split=_SPLIT.value,
                                          examples=_EXAMPLES.value, m=m, runs=runs, by_kind=out))

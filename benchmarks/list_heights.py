@@ -21,7 +21,6 @@ the three as panels, one line per kind.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import sys
@@ -31,7 +30,8 @@ from absl import app, flags
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
 import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax import evaluate, list_heights  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+from bifocal_jax import list_heights  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+from report_tables import fmt_interval  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _WORKDIRS = flags.DEFINE_string("workdirs", None, "Glob of trained listops_depth run directories.")
 _FROM_JSON = flags.DEFINE_string("from_json", None,
@@ -41,35 +41,6 @@ _SPLIT = flags.DEFINE_string("split", "test_depth", "The split to score.")
 _EXAMPLES = flags.DEFINE_integer("examples", 1000, "Its first examples.")
 _OUT = flags.DEFINE_string("out", None, "Write the counts and the tables as JSON here.")
 _PLOT = flags.DEFINE_string("plot", None, "Draw the three tables as a figure here (.png).")
-
-
-def _fmt(cell: dict | None) -> str:
-  if cell is None:
-    return "-"
-  if cell["ci95"] is None:
-    return f"{cell['mean']:.3f}"
-  return f"{cell['mean']:.3f} [{cell['ci95'][0]:.2f}, {cell['ci95'][1]:.2f}]"
-
-
-def score_workdirs(pattern: str | None, split: str, examples: int) -> tuple[dict, int]:
-  """`(runs, d_train)`: each finished run's `list_heights.score_run` counts."""
-  workdirs = sorted(glob.glob(pattern or ""))
-  if not workdirs:
-    raise ValueError(f"--workdirs={pattern!r}: matches no directory")
-  runs, d_train = {}, None
-  for workdir in workdirs:
-    run = evaluate.load_run(workdir)
-    if run.step < run.config.steps:  # a sweep's run still in flight: not a trained model
-      print(f"{workdir}: skipped, its last checkpoint is step {run.step} of "
-            f"{run.config.steps}", file=sys.stderr, flush=True)
-      continue
-    kind, d_train = run.config.position.kind, run.config.task.d_train
-    counts = list_heights.score_run(run, split, num_examples=examples)
-    runs[workdir] = dict(kind=kind, seed=run.config.seed, step=run.step, counts=counts)
-    print(f"{workdir}: {kind} seed {run.config.seed}", file=sys.stderr, flush=True)
-  if not runs:
-    raise ValueError(f"--workdirs={pattern!r}: no run has finished training")
-  return runs, d_train
 
 
 def read_counts(path: str) -> dict:
@@ -126,11 +97,11 @@ def main(argv):
         source[k] for k in ("runs", "d_train", "split", "examples", "machine"))
   else:
     split, examples, machine = _SPLIT.value, _EXAMPLES.value, bench_util.machine()
-    runs, d_train = score_workdirs(_WORKDIRS.value, split, examples)
+    runs, task = bench_util.score_trained_runs(
+        _WORKDIRS.value, lambda run: list_heights.score_run(run, split, num_examples=examples))
+    d_train = task.d_train
   out = list_heights.tables(runs, d_train)
   heights = sorted({h for t in out.values() for h in t["by_height"]})
-  levels = sorted({v for t in out.values() for v in t["trained_heights_by_level"][1]})
-  siblings = sorted({v for t in out.values() for v in t["trained_heights_by_sibling"][1]})
   top = lambda k: (out[k]["by_height"][heights[-1]] or {}).get("mean", 0.0)
   order = sorted(out, key=lambda k: -top(k))
   print(f"\n{split}, first {examples} examples; accuracy at `]` by the closed "
@@ -138,19 +109,19 @@ def main(argv):
         "t-interval]:\n")
   print(bench_util.markdown_table(["position", "runs"] + [f"height {h}" for h in heights],
                                   [[k, sum(r["kind"] == k for r in runs.values())] +
-                                   [_fmt(out[k]["by_height"][h]) for h in heights] for k in order]))
-  print(f"\nLists of the trained heights by their level (0: outermost; trained: "
-        f"height + level <= {d_train}):\n")
-  print(bench_util.markdown_table(["position", "height"] + [f"level {v}" for v in levels],
-                                  [[k, h] + [_fmt(out[k]["trained_heights_by_level"][h][v])
-                                             for v in levels]
-                                   for k in order for h in range(1, d_train + 1)]))
-  print(f"\nLists of the trained heights under the outermost, by their sibling (the highest "
-        f"list closed before them in the same list; 0: none; trained: < {d_train}):\n")
-  print(bench_util.markdown_table(["position", "height"] + [f"sibling {v}" for v in siblings],
-                                  [[k, h] + [_fmt(out[k]["trained_heights_by_sibling"][h][v])
-                                             for v in siblings]
-                                   for k in order for h in range(1, d_train + 1)]))
+                                   [fmt_interval(out[k]["by_height"][h]) for h in heights]
+                                   for k in order]))
+  for table, label, title in (
+      ("trained_heights_by_level", "level", "Lists of the trained heights by their level "
+       f"(0: outermost; trained: height + level <= {d_train})"),
+      ("trained_heights_by_sibling", "sibling", "Lists of the trained heights under the "
+       "outermost, by their sibling (the highest list closed before them in the same list; "
+       f"0: none; trained: < {d_train})")):
+    columns = sorted({v for t in out.values() for v in t[table][1]})
+    print(f"\n{title}:\n")
+    print(bench_util.markdown_table(["position", "height"] + [f"{label} {v}" for v in columns],
+                                    [[k, h] + [fmt_interval(out[k][table][h][v]) for v in columns]
+                                     for k in order for h in range(1, d_train + 1)]))
   if _PLOT.value:
     print(f"\nwrote {plot(out, d_train, _PLOT.value)}")
   bench_util.write_json(_OUT.value, dict(machine=machine, split=split,

@@ -5,6 +5,7 @@ without building its model."""
 import json
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
@@ -117,6 +118,29 @@ def run_train(workdir, overrides: dict | None = None, *args, devices: int = 1, t
   return subprocess.run(train_command(workdir, overrides, *args, signal_after=signal_after),
                         cwd=ROOT, text=True, capture_output=True, timeout=timeout,
                         env=subprocess_env(devices, **env))
+
+
+def run_benchmark(script: str, *flags: str) -> subprocess.CompletedProcess:
+  """`python benchmarks/<script> FLAGS...` to completion; output captured."""
+  return subprocess.run([sys.executable, f"benchmarks/{script}", *flags], cwd=ROOT, text=True,
+                        capture_output=True, timeout=300, env=subprocess_env())
+
+
+def finished_and_in_flight_runs(tmp_path, config_file: str):
+  """`(config, run, in_flight)`: `configs/<config_file>:tiny` trained 10 steps
+  (checkpoints at 5 and 10) into `tmp_path/run`, and a copy without its last
+  checkpoint in `tmp_path/run_in_flight`, as a sweep still training it leaves it."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import train  # pylint: disable=g-import-not-at-top
+  run, in_flight = str(tmp_path / "run"), str(tmp_path / "run_in_flight")
+  config = config_lib.load_file(str(ROOT / "configs" / config_file), "tiny")
+  config.steps = config.eval_every = 10
+  config.checkpoint_every = 5
+  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
+  train.train_and_evaluate(config, run)
+  shutil.copytree(run, in_flight)
+  shutil.rmtree(os.path.join(in_flight, "checkpoints", "10"))
+  return config, run, in_flight
 
 
 def run_python(code: str, *, devices: int = 1, timeout: int = 300, **env) -> str:

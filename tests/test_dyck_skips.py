@@ -2,21 +2,12 @@
 generated strings, a run's counts against the evaluation's own."""
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 
 import helpers
-import ml_collections
 import numpy as np
 import pytest
 
-from bifocal_jax import config as config_lib
-from bifocal_jax import dyck_skips, probe, tasks, train
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+from bifocal_jax import dyck_skips, probe, tasks
 
 def dyck():
   return tasks.get_task(tasks.default_task_config("dyck"))
@@ -100,19 +91,10 @@ def test_other_tasks_are_refused():
 
 @pytest.mark.slow
 def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
-  workdir = str(tmp_path / "run")
-  config = config_lib.load_file(os.path.join(ROOT, "configs", "dyck.py"), "tiny")
-  config.steps = config.eval_every = 10
-  config.checkpoint_every = 5
-  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
-  train.train_and_evaluate(config, workdir)
-  in_flight = str(tmp_path / "run_in_flight")
-  shutil.copytree(workdir, in_flight)
-  shutil.rmtree(os.path.join(in_flight, "checkpoints", "10"))
+  config, _, in_flight = helpers.finished_and_in_flight_runs(tmp_path, "dyck.py")
   out = tmp_path / "skips.json"
-  proc = subprocess.run([sys.executable, "benchmarks/dyck_skips.py", f"--workdirs={tmp_path}/run*",
-                         "--examples=16", f"--out={out}"], cwd=ROOT, capture_output=True,
-                        text=True, env=helpers.subprocess_env(), timeout=300)
+  proc = helpers.run_benchmark("dyck_skips.py", f"--workdirs={tmp_path}/run*", "--examples=16",
+                               f"--out={out}")
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert f"{in_flight}: skipped, its last checkpoint is step 5 of 10" in proc.stderr
   result = json.loads(out.read_text())

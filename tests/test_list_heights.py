@@ -2,22 +2,12 @@
 generated expressions, and a run's counts against the evaluation's own."""
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 
 import helpers
-import ml_collections
 import numpy as np
 import pytest
 
-from bifocal_jax import config as config_lib
 from bifocal_jax import list_heights, probe, tasks
-from bifocal_jax import train
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def listops_depth():
   return tasks.get_task(tasks.default_task_config("listops_depth"))
@@ -142,20 +132,11 @@ def test_other_tasks_are_refused():
 
 @pytest.mark.slow
 def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
-  workdir = str(tmp_path / "run")
-  config = config_lib.load_file(os.path.join(ROOT, "configs", "listops_depth.py"), "tiny")
-  config.steps = config.eval_every = 10
-  config.checkpoint_every = 5
-  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
-  train.train_and_evaluate(config, workdir)
-  # the same run as a sweep still training it would leave it: its last checkpoint at step 5
-  in_flight = str(tmp_path / "run_in_flight")
-  shutil.copytree(workdir, in_flight)
-  shutil.rmtree(os.path.join(in_flight, "checkpoints", "10"))
+  config, workdir, in_flight = helpers.finished_and_in_flight_runs(tmp_path,
+                                                                   "listops_depth.py")
   out = tmp_path / "heights.json"
-  proc = subprocess.run([sys.executable, "benchmarks/list_heights.py",
-                         f"--workdirs={tmp_path}/run*", "--examples=16", f"--out={out}"], cwd=ROOT,
-                        capture_output=True, text=True, env=helpers.subprocess_env(), timeout=300)
+  proc = helpers.run_benchmark("list_heights.py", f"--workdirs={tmp_path}/run*", "--examples=16",
+                               f"--out={out}")
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert f"{in_flight}: skipped, its last checkpoint is step 5 of 10" in proc.stderr
   result = json.loads(out.read_text())
@@ -169,9 +150,7 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   assert "accuracy at `]` by the closed list's height" in proc.stdout
   # without the checkpoints: the same tables from the JSON, and the figure
   png = tmp_path / "heights.png"
-  again = subprocess.run([sys.executable, "benchmarks/list_heights.py", f"--from_json={out}",
-                          f"--plot={png}"], cwd=ROOT, capture_output=True, text=True,
-                         env=helpers.subprocess_env(), timeout=300)
+  again = helpers.run_benchmark("list_heights.py", f"--from_json={out}", f"--plot={png}")
   assert again.returncode == 0, again.stderr[-2000:]
   tables_of = lambda stdout: stdout.split("wrote ")[0].rstrip()
   assert tables_of(again.stdout) == tables_of(proc.stdout)
@@ -179,8 +158,6 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   result["runs"][workdir]["counts"] = {"1,2": dict(correct=1, total=1)}  # (height, level) only
   bad = tmp_path / "old.json"
   bad.write_text(json.dumps(result))
-  refused = subprocess.run([sys.executable, "benchmarks/list_heights.py", f"--from_json={bad}"],
-                           cwd=ROOT, capture_output=True, text=True, env=helpers.subprocess_env(),
-                           timeout=300)
+  refused = helpers.run_benchmark("list_heights.py", f"--from_json={bad}")
   assert refused.returncode != 0
   assert f"--from_json='{bad}': not a list_heights.py --out" in refused.stderr
