@@ -26,8 +26,9 @@ from bifocal_jax import dyck_skips  # pylint: disable=g-import-not-at-top,wrong-
 from report_tables import fmt_interval  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _WORKDIRS = flags.DEFINE_string("workdirs", None, "Glob of trained Dyck run directories.")
-_SPLIT = flags.DEFINE_string("split", "test_depth", "The split to score.")
-_EXAMPLES = flags.DEFINE_integer("examples", 1000, "Its first examples.")
+_SPLIT = flags.DEFINE_string("split", "test_depth",
+                             "A task split, or a Dyck file (`k8_m20.test`: a published one).")
+_EXAMPLES = flags.DEFINE_integer("examples", 1000, "Its first examples (a file's first lines).")
 _OUT = flags.DEFINE_string("out", None, "Write the counts and the tables as JSON here.")
 
 

@@ -86,8 +86,10 @@ def regroup(rows: Iterable[dict[str, np.ndarray]], batch_size_fn: Callable[[int]
     yield flush()
 
 
-def dyck_file_batches(path: str, *, k: int, batch_size_fn: Callable[[int], int],
-                      multiple: int = 1) -> Iterator[dict[str, np.ndarray]]:
-  """A published Dyck file, sorted by length, in memory-bounded batches."""
-  rows = external.dyck_file_batches(path, batch_size=1, k=k, buckets=length_buckets())
+def dyck_file_batches(path: str, *, k: int, batch_size_fn: Callable[[int], int], multiple: int = 1,
+                      num_examples: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+  """A published Dyck file (its first `num_examples` lines, default all),
+  sorted by length, in memory-bounded batches."""
+  rows = external.dyck_file_batches(path, batch_size=1, k=k, buckets=length_buckets(),
+                                    num_examples=num_examples)
   return regroup(rows, batch_size_fn, multiple=multiple)

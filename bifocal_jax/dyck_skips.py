@@ -41,7 +41,8 @@ def position_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
 
 def score_run(run: evaluate.Run, split: str, *, num_examples: int | None = None) -> dict:
   """`labelled_counts.count` of `run`'s Yao-correct positions on the first
-  `num_examples` of `split`, keyed `"depth,skipped"`."""
+  `num_examples` of `split` (a task split, or a Dyck file: `Evaluator.batches`),
+  keyed `"depth,skipped"`."""
   setup = run.setup
   if setup.task.name != "dyck":
     raise ValueError(f"dyck_skips: task {setup.task.name!r} has no closing-bracket score "
@@ -55,7 +56,7 @@ def score_run(run: evaluate.Run, split: str, *, num_examples: int | None = None)
 
   counts = {}
   with jax.set_mesh(setup.mesh):
-    for batch in run.evaluator.split_batches(split, num_examples=num_examples):
+    for batch in run.evaluator.batches(split, num_examples=num_examples):
       ok = np.asarray(
           correct(run.params, *(batch[k] for k in ("inputs", "valid", "targets", "mask"))))
       labels = position_labels(batch["inputs"], batch["valid"], vocab)

@@ -333,16 +333,35 @@ class Evaluator:
     return dict(source="che_protocol", split=protocol.split, stride=protocol.stride,
                 per_length=protocol.per_length, **results)
 
-  def dyck_file(self, params, path: str) -> dict:
-    """Split results on a published Dyck file (one process)."""
+  def file_batches(self, path: str, *,
+                   num_examples: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """Batches of the first `num_examples` lines of Dyck file `path` (one
+    process), sorted by length and sized to the memory budget."""
     task = self.setup.task
     if task.name != "dyck":
       raise ValueError(f"dyck_file={path!r}: needs a Dyck run, but this run trained "
                        f"task {task.name!r}")
     if not os.path.isfile(path):
       raise ValueError(f"dyck_file={path!r}: no such file")
-    batches = budget_batches.dyck_file_batches(path, k=task.k, batch_size_fn=self.batch_size,
-                                               multiple=self.batch_multiple)
+    return budget_batches.dyck_file_batches(path, k=task.k, batch_size_fn=self.batch_size,
+                                            multiple=self.batch_multiple, num_examples=num_examples)
+
+  def batches(self, source: str, *,
+              num_examples: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """Batches of the first `num_examples` of `source`: a task split by name,
+    or a Dyck file (a path, or a published file's bare name, `k8_m20.test`)."""
+    if source in self.setup.task.split_names:
+      return self.split_batches(source, num_examples=num_examples)
+    try:
+      path = external.published.resolve(source)
+    except (FileNotFoundError, ValueError) as e:
+      raise ValueError(f"{source!r}: neither a split of task {self.setup.task.name} "
+                       f"{self.setup.task.split_names} nor a Dyck file ({e})") from None
+    return self.file_batches(path, num_examples=num_examples)
+
+  def dyck_file(self, params, path: str) -> dict:
+    """Split results on a published Dyck file (one process)."""
+    batches = self.file_batches(path)
     with jax.set_mesh(self.setup.mesh):
       results = score_batches(batches, lambda batch: self.counts(params, batch))
     return dict(source=os.path.abspath(path), **results)

@@ -83,6 +83,19 @@ def test_counts_of_a_run_are_the_evaluations():
   assert max(depths) > run.config.task.m and min(depths) == 1
 
 
+def test_a_dyck_file_is_scored_by_its_first_lines(tmp_path):
+  """A Dyck file, named as the evaluation names it, counts its first lines'
+  scored positions; an unknown name is refused in one line."""
+  run = helpers.untrained_run("dyck.py")
+  path = tmp_path / "strings.test"
+  path.write_text("(a (b b) a) END\n(c c) END\n(a (b (c c) b) a) END\n")
+  counts = dyck_skips.score_run(run, str(path), num_examples=2)
+  # the positions with a bracket open in the first two strings, by (depth, skipped)
+  assert {k: v["total"] for k, v in counts.items()} == {"1,0": 2, "2,0": 1, "1,1": 1}
+  with pytest.raises(ValueError, match="'k8_m7.test': neither a split of task dyck"):
+    dyck_skips.score_run(run, "k8_m7.test", num_examples=2)
+
+
 def test_other_tasks_are_refused():
   run = helpers.untrained_run("listops_depth.py")
   with pytest.raises(ValueError, match="task 'listops_depth' has no closing-bracket score"):

@@ -500,6 +500,15 @@ def test_external_batches_cover_each_line_once_sorted_by_length(published_heads)
   assert sorted(seen) == list(range(len(examples))) and widths == sorted(widths)
 
 
+def test_external_batches_of_a_files_first_lines(published_heads):
+  path = str(published_heads["k8_m5.test"])
+  seen = [int(i) for batch in external.dyck_file_batches(path, batch_size=4, num_examples=5)
+          for i in batch["index"] if i >= 0]
+  assert sorted(seen) == list(range(5))  # the first lines in file order, then sorted by length
+  with pytest.raises(ValueError, match="num_examples=0: must be >= 1"):
+    next(external.dyck_file_batches(path, batch_size=4, num_examples=0))
+
+
 def test_generated_strings_read_back_with_the_same_labels(tmp_path):
   task = make_task("dyck")
   path = tmp_path / "generated.txt"

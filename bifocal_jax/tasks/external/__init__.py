@@ -88,8 +88,10 @@ def load_dyck_file(path: str, k: int = 8) -> list[dict]:
 
 
 def dyck_file_batches(path: str, *, batch_size: int, k: int = 8,
-                      buckets: tuple[int, ...] | None = None) -> Iterator[dict[str, np.ndarray]]:
-  """Batches of `path`'s lines, sorted by length so long strings share batches.
+                      buckets: tuple[int, ...] | None = None,
+                      num_examples: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+  """Batches of `path`'s lines (its first `num_examples`, default all), sorted
+  by length so long strings share batches.
 
   Each batch is padded to the smallest bucket that holds its longest line
   (default: its longest line), and the last one with padding rows to
@@ -97,7 +99,9 @@ def dyck_file_batches(path: str, *, batch_size: int, k: int = 8,
   """
   if batch_size < 1:
     raise ValueError(f"batch_size={batch_size}: must be >= 1")
-  lines = sorted(_read(path), key=lambda item: _num_tokens(item[1]))
+  if num_examples is not None and num_examples < 1:
+    raise ValueError(f"num_examples={num_examples}: must be >= 1")
+  lines = sorted(_read(path)[:num_examples], key=lambda item: _num_tokens(item[1]))
   longest = _num_tokens(lines[-1][1]) if lines else 0
   if buckets is not None and (not buckets or max(buckets) < longest):
     raise ValueError(f"buckets={buckets}: the longest line of {path} has {longest} tokens")
