@@ -142,8 +142,9 @@ def score_trained_runs(pattern: str | None, score: Callable[[evaluate.Run], dict
   run's task config)` over the run directories `pattern` (`--workdirs`) matches,
   each at its last checkpoint. A run whose last checkpoint is short of its
   `steps` (one a sweep is still training) is skipped, and said so on stderr;
-  nothing matched, or nothing finished, is a one-line ValueError."""
-  workdirs = sorted(glob.glob(pattern or ""))
+  nothing matched, or nothing finished, is a one-line ValueError. `pattern`
+  may be several globs, comma-separated."""
+  workdirs = sorted({w for p in (pattern or "").split(",") if p for w in glob.glob(p)})
   if not workdirs:
     raise ValueError(f"--workdirs={pattern!r}: matches no directory")
   runs, task = {}, None
@@ -159,6 +160,37 @@ def score_trained_runs(pattern: str | None, score: Callable[[evaluate.Run], dict
   if not runs:
     raise ValueError(f"--workdirs={pattern!r}: no run has finished training")
   return runs, task
+
+
+def read_scored_runs(paths: str, script: str, *, fields: tuple[str, ...],
+                     labels: int) -> dict:
+  """The earlier `--out`s of `script` at `paths` (comma-separated), merged:
+  their runs, and `fields` (which must agree between files). Each run's counts
+  are keyed by `labels` comma-separated labels. A one-line ValueError for a
+  file that is not one, or files that disagree."""
+  merged = None
+  for path in paths.split(","):
+    try:
+      with open(path) as f:
+        data = json.load(f)
+      out = {k: data[k] for k in ("runs",) + fields}
+      for name, run in out["runs"].items():
+        if not isinstance(run["kind"], str) or not all(
+            len(k.split(",")) == labels and {"correct", "total"} <= set(v)
+            for k, v in run["counts"].items()):
+          raise ValueError(f"run {name!r} has no counts by {labels} labels")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+      raise ValueError(f"--from_json={path!r}: not a {script} --out "
+                       f"({type(e).__name__}: {e})") from None
+    if merged is None:
+      merged = out
+      continue
+    for k in fields:
+      if k != "machine" and out[k] != merged[k]:
+        raise ValueError(f"--from_json={path!r}: its {k} {out[k]!r} is not the first file's "
+                         f"{merged[k]!r}")
+    merged["runs"] = {**merged["runs"], **out["runs"]}
+  return merged
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:

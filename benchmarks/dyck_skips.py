@@ -7,7 +7,10 @@ accuracy at each position by its depth and by the pairs just walked past
 
 Each workdir is a trained Dyck run (its last checkpoint); its kind and seed
 are read from its config; a run whose last checkpoint is short of its `steps`
-(one a sweep is still training) is skipped, and said so. Prints, per kind
+(one a sweep is still training) is skipped, and said so. `--split` also takes a
+Dyck file (`k8_m20.test`: a published one, its first `--examples` lines).
+`--from_json` reads the counts of earlier `--out`s instead (comma-separated,
+merged: runs scored one at a time make one table). Prints, per kind
 (mean over its runs [95% t-interval]), Yao et al.'s closing-bracket accuracy
 by depth, by skipped height (the highest pair closed so far inside the
 innermost open bracket), and by skipped height at the trained depths alone.
@@ -25,7 +28,11 @@ import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax import dyck_skips  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 from report_tables import fmt_interval  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_WORKDIRS = flags.DEFINE_string("workdirs", None, "Glob of trained Dyck run directories.")
+_WORKDIRS = flags.DEFINE_string("workdirs", None,
+                                "Globs (comma-separated) of trained Dyck run directories.")
+_FROM_JSON = flags.DEFINE_string("from_json", None,
+                                 "Read the runs' counts from these earlier --outs "
+                                 "(comma-separated) instead of scoring --workdirs.")
 _SPLIT = flags.DEFINE_string("split", "test_depth",
                              "A task split, or a Dyck file (`k8_m20.test`: a published one).")
 _EXAMPLES = flags.DEFINE_integer("examples", 1000, "Its first examples (a file's first lines).")
@@ -34,16 +41,22 @@ _OUT = flags.DEFINE_string("out", None, "Write the counts and the tables as JSON
 
 def main(argv):
   del argv
-  runs, task = bench_util.score_trained_runs(
-      _WORKDIRS.value,
-      lambda run: dyck_skips.score_run(run, _SPLIT.value, num_examples=_EXAMPLES.value))
-  m = task.m
+  if _FROM_JSON.value:
+    source = bench_util.read_scored_runs(_FROM_JSON.value, "dyck_skips.py",
+                                         fields=("m", "split", "examples", "machine"), labels=2)
+    runs, m, split, examples, machine = (
+        source[k] for k in ("runs", "m", "split", "examples", "machine"))
+  else:
+    split, examples, machine = _SPLIT.value, _EXAMPLES.value, bench_util.machine()
+    runs, task = bench_util.score_trained_runs(
+        _WORKDIRS.value, lambda run: dyck_skips.score_run(run, split, num_examples=examples))
+    m = task.m
   out = dyck_skips.tables(runs, m)
   depths = sorted({d for t in out.values() for d in t["by_depth"]})
   skips = sorted({s for t in out.values() for s in t["by_skipped"]})
   order = sorted(out, key=lambda k: -((out[k]["by_depth"][depths[-1]] or {}).get("mean", 0.0)))
   seeds = lambda k: sum(r["kind"] == k for r in runs.values())
-  print(f"\n{_SPLIT.value}, first {_EXAMPLES.value} strings; closing-bracket accuracy by depth "
+  print(f"\n{split}, first {examples} strings; closing-bracket accuracy by depth "
         f"(trained: <= {m}), mean over seeds [95% t-interval]:\n")
   print(bench_util.markdown_table(["position", "runs"] + [f"depth {d}" for d in depths],
                                   [[k, seeds(k)] + [fmt_interval(out[k]["by_depth"][d]) for d in depths]
@@ -55,8 +68,8 @@ def main(argv):
     print(bench_util.markdown_table(["position", "runs"] + [f"skipped {s}" for s in skips],
                                     [[k, seeds(k)] + [fmt_interval(out[k][table][s]) for s in skips]
                                      for k in order]))
-  bench_util.write_json(_OUT.value, dict(machine=bench_util.machine(), split=_SPLIT.value,
-                                         examples=_EXAMPLES.value, m=m, runs=runs, by_kind=out))
+  bench_util.write_json(_OUT.value, dict(machine=machine, split=split, examples=examples, m=m,
+                                         runs=runs, by_kind=out))
 
 
 if __name__ == "__main__":

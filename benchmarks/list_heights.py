@@ -9,8 +9,8 @@ at each `]` by the closed list's height, level and sibling
 Each workdir is a trained run (its last checkpoint); its kind and seed are read
 from its config; a run whose last checkpoint is short of its `steps` (one a
 sweep is still training) is skipped, and said so. `--from_json` reads the
-counts of an earlier `--out` instead (a clone has the committed JSON, not the
-checkpoints). Prints, per kind (mean over its runs [95% t-interval]), the
+counts of earlier `--out`s instead (a clone has the committed JSON, not the
+checkpoints; several files, comma-separated, are merged). Prints, per kind (mean over its runs [95% t-interval]), the
 accuracy at lists of each height; at each trained height (<= `d_train`) by
 level: a list as high as trained ones but sitting deeper than any did; and at
 each trained height by its sibling (the highest list closed before it in the
@@ -21,7 +21,6 @@ the three as panels, one line per kind.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -33,32 +32,15 @@ import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax import list_heights  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 from report_tables import fmt_interval  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_WORKDIRS = flags.DEFINE_string("workdirs", None, "Glob of trained listops_depth run directories.")
+_WORKDIRS = flags.DEFINE_string("workdirs", None,
+                                "Globs (comma-separated) of trained listops_depth run directories.")
 _FROM_JSON = flags.DEFINE_string("from_json", None,
-                                 "Read the runs' counts from this earlier --out instead of "
-                                 "scoring --workdirs.")
+                                 "Read the runs' counts from these earlier --outs "
+                                 "(comma-separated) instead of scoring --workdirs.")
 _SPLIT = flags.DEFINE_string("split", "test_depth", "The split to score.")
 _EXAMPLES = flags.DEFINE_integer("examples", 1000, "Its first examples.")
 _OUT = flags.DEFINE_string("out", None, "Write the counts and the tables as JSON here.")
 _PLOT = flags.DEFINE_string("plot", None, "Draw the three tables as a figure here (.png).")
-
-
-def read_counts(path: str) -> dict:
-  """An earlier `--out`: its runs, `d_train`, split, examples and the machine
-  that scored them; a one-line ValueError for a file that is not one."""
-  try:
-    with open(path) as f:
-      data = json.load(f)
-    out = {k: data[k] for k in ("runs", "d_train", "split", "examples", "machine")}
-    for name, run in out["runs"].items():
-      if not isinstance(run["kind"], str) or not all(
-          len(k.split(",")) == 3 and {"correct", "total"} <= set(v)
-          for k, v in run["counts"].items()):
-        raise ValueError(f"run {name!r} has no (height, level, sibling) counts")
-  except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-    raise ValueError(f"--from_json={path!r}: not a list_heights.py --out "
-                     f"({type(e).__name__}: {e})") from None
-  return out
 
 
 def plot(by_kind: dict, d_train: int, path: str) -> str:
@@ -92,7 +74,9 @@ def plot(by_kind: dict, d_train: int, path: str) -> str:
 def main(argv):
   del argv
   if _FROM_JSON.value:
-    source = read_counts(_FROM_JSON.value)
+    source = bench_util.read_scored_runs(_FROM_JSON.value, "list_heights.py",
+                                         fields=("d_train", "split", "examples", "machine"),
+                                         labels=3)
     runs, d_train, split, examples, machine = (
         source[k] for k in ("runs", "d_train", "split", "examples", "machine"))
   else:

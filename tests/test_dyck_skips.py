@@ -106,8 +106,8 @@ def test_other_tasks_are_refused():
 def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   config, _, in_flight = helpers.finished_and_in_flight_runs(tmp_path, "dyck.py")
   out = tmp_path / "skips.json"
-  proc = helpers.run_benchmark("dyck_skips.py", f"--workdirs={tmp_path}/run*", "--examples=16",
-                               f"--out={out}")
+  proc = helpers.run_benchmark("dyck_skips.py", f"--workdirs={tmp_path}/run,{in_flight}",
+                               "--examples=16", f"--out={out}")
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert f"{in_flight}: skipped, its last checkpoint is step 5 of 10" in proc.stderr
   result = json.loads(out.read_text())
@@ -117,3 +117,17 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   assert set(table) == {"by_depth", "by_skipped", "by_skipped_at_trained_depths"}
   assert "closing-bracket accuracy by depth" in proc.stdout
   assert "positions at depth <= " in proc.stdout
+  # runs scored one at a time, merged from their JSON: one table over both
+  other = dict(result, runs={"elsewhere/seed9": dict(run, seed=9)})
+  (tmp_path / "other.json").write_text(json.dumps(other))
+  merged_out = tmp_path / "merged.json"
+  merged = helpers.run_benchmark("dyck_skips.py", f"--from_json={out},{tmp_path}/other.json",
+                                 f"--out={merged_out}")
+  assert merged.returncode == 0, merged.stderr[-2000:]
+  both = json.loads(merged_out.read_text())
+  assert len(both["runs"]) == 2 and both["split"] == result["split"]
+  assert both["by_kind"][config.position.kind]["by_depth"]["1"]["n"] == 2
+  (tmp_path / "file.json").write_text(json.dumps(dict(other, split="k8_m20.test")))
+  refused = helpers.run_benchmark("dyck_skips.py", f"--from_json={out},{tmp_path}/file.json")
+  assert refused.returncode != 0
+  assert "its split 'k8_m20.test' is not the first file's 'test_depth'" in refused.stderr
