@@ -162,12 +162,13 @@ def score_trained_runs(pattern: str | None, score: Callable[[evaluate.Run], dict
   return runs, task
 
 
-def read_scored_runs(paths: str, script: str, *, fields: tuple[str, ...],
-                     labels: int) -> dict:
+def read_scored_runs(paths: str, script: str, *, fields: tuple[str, ...], labels: int,
+                     optional: tuple[str, ...] = ()) -> dict:
   """The earlier `--out`s of `script` at `paths` (comma-separated), merged:
-  their runs, and `fields` (which must agree between files). Each run's counts
-  are keyed by `labels` comma-separated labels. A one-line ValueError for a
-  file that is not one, or files that disagree."""
+  their runs, and `fields` (which must agree between files but `machine`: the
+  first file's); `optional` fields, the first file's (None when absent). Each
+  run's counts are keyed by `labels` comma-separated labels. A one-line
+  ValueError for a file that is not one, or files that disagree."""
   merged = None
   for path in paths.split(","):
     try:
@@ -183,7 +184,7 @@ def read_scored_runs(paths: str, script: str, *, fields: tuple[str, ...],
       raise ValueError(f"--from_json={path!r}: not a {script} --out "
                        f"({type(e).__name__}: {e})") from None
     if merged is None:
-      merged = out
+      merged = dict(out, **{k: data.get(k) for k in optional})
       continue
     for k in fields:
       if k != "machine" and out[k] != merged[k]:

@@ -10,7 +10,9 @@ are read from its config; a run whose last checkpoint is short of its `steps`
 (one a sweep is still training) is skipped, and said so. `--split` also takes a
 Dyck file (`k8_m20.test`: a published one, its first `--examples` lines).
 `--from_json` reads the counts of earlier `--out`s instead (comma-separated,
-merged: runs scored one at a time make one table). Prints, per kind
+merged: runs scored one at a time make one table). Last, from the data
+alone, how far back the innermost open bracket is at each skipped height, on
+the split and on training strings (`dyck_skips.walk_back`). Prints, per kind
 (mean over its runs [95% t-interval]), Yao et al.'s closing-bracket accuracy
 by depth, by skipped height (the highest pair closed so far inside the
 innermost open bracket), and by skipped height at the trained depths alone.
@@ -25,7 +27,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax import dyck_skips  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+from bifocal_jax import dyck_skips, probe  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 from report_tables import fmt_interval  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _WORKDIRS = flags.DEFINE_string("workdirs", None,
@@ -43,14 +45,26 @@ def main(argv):
   del argv
   if _FROM_JSON.value:
     source = bench_util.read_scored_runs(_FROM_JSON.value, "dyck_skips.py",
-                                         fields=("m", "split", "examples", "machine"), labels=2)
-    runs, m, split, examples, machine = (
-        source[k] for k in ("runs", "m", "split", "examples", "machine"))
+                                         fields=("m", "split", "examples", "machine"), labels=2,
+                                         optional=("walk_back",))
+    runs, m, split, examples, machine, walk = (
+        source[k] for k in ("runs", "m", "split", "examples", "machine", "walk_back"))
   else:
     split, examples, machine = _SPLIT.value, _EXAMPLES.value, bench_util.machine()
-    runs, task = bench_util.score_trained_runs(
-        _WORKDIRS.value, lambda run: dyck_skips.score_run(run, split, num_examples=examples))
+    scored = []
+
+    def score(run):
+      scored[:] = scored or [run]
+      return dyck_skips.score_run(run, split, num_examples=examples)
+
+    runs, task = bench_util.score_trained_runs(_WORKDIRS.value, score)
     m = task.m
+    # the data's own walk back, on the split and on training strings
+    vocab = probe.brackets(scored[0].setup.task)
+    walk = {
+        name: dyck_skips.walk_back(scored[0].evaluator.batches(name, num_examples=examples),
+                                   vocab) for name in dict.fromkeys((split, "train"))
+    }
   out = dyck_skips.tables(runs, m)
   depths = sorted({d for t in out.values() for d in t["by_depth"]})
   skips = sorted({s for t in out.values() for s in t["by_skipped"]})
@@ -68,8 +82,17 @@ def main(argv):
     print(bench_util.markdown_table(["position", "runs"] + [f"skipped {s}" for s in skips],
                                     [[k, seeds(k)] + [fmt_interval(out[k][table][s]) for s in skips]
                                      for k in order]))
+  if walk:
+    print(f"\nTokens back to the innermost open bracket by skipped height, median / 90th "
+          f"percentile (first {examples} strings; the data's, not a model's):\n")
+    skips = sorted({int(s) for w in walk.values() for s in w})
+    cell = lambda w, s: (f"{w[s]['median']:.0f} / {w[s]['p90']:.0f}" if s in w else "-")
+    print(bench_util.markdown_table(
+        ["strings"] + [f"skipped {s}" for s in skips],
+        [[name] + [cell({int(k): v for k, v in w.items()}, s) for s in skips]
+         for name, w in walk.items()]))
   bench_util.write_json(_OUT.value, dict(machine=machine, split=split, examples=examples, m=m,
-                                         runs=runs, by_kind=out))
+                                         runs=runs, by_kind=out, walk_back=walk))
 
 
 if __name__ == "__main__":

@@ -16,10 +16,14 @@ the skipped pairs' alone.
 `position_labels` labels every position from the token ids (the probes'
 stack, `probe.nesting_labels`); `score_run` counts a trained run's correct
 positions on a split by `(depth, skipped)` (`labelled_counts`); `tables` reads
-many runs' counts as per-kind accuracies, mean over seeds.
+many runs' counts as per-kind accuracies, mean over seeds. `walk_back` says how
+far back the innermost open bracket is at each skipped height: a long string
+can skip a pair of trained height yet need a longer look back, or not.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import jax
 import jax.numpy as jnp
@@ -63,6 +67,26 @@ def score_run(run: evaluate.Run, split: str, *, num_examples: int | None = None)
       counts = labelled_counts.merge(counts,
                                      labelled_counts.count(ok, batch["mask"] > 0, labels, LABELS))
   return counts
+
+
+def walk_back(batches: Iterable[dict[str, np.ndarray]], vocab: probe.Brackets) -> dict[int, dict]:
+  """Per skipped height, over the scored positions (a bracket open) of
+  `batches`: how many (`positions`), and the median and 90th percentile of the
+  tokens back to the innermost open bracket (`median`, `p90`): how far the
+  model must look past the skipped pairs to find it. A property of the data."""
+  back: dict[int, list[np.ndarray]] = {}
+  for batch in batches:
+    labels = probe.nesting_labels(batch["inputs"], batch["valid"], vocab)
+    scored = labels["depth"] > 0
+    distance = np.arange(scored.shape[1])[None, :] - labels["top"]
+    for s in np.unique(labels["skipped"][scored]):
+      back.setdefault(int(s), []).append(distance[scored & (labels["skipped"] == s)])
+  out = {}
+  for s, parts in sorted(back.items()):
+    d = np.concatenate(parts)
+    out[s] = dict(positions=int(d.size), median=float(np.median(d)), p90=float(np.percentile(d,
+                                                                                             90)))
+  return out
 
 
 def tables(runs: dict[str, dict], m: int) -> dict:

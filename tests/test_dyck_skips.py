@@ -38,6 +38,17 @@ def test_labels_of_a_written_string():
   assert labels["skipped"][0].tolist() == [0, 0, 1, 0, 0, 1, 2, -1, -1]
 
 
+def test_walk_back_of_a_written_string():
+  task = dyck()
+  text = "(a (b b) (c (a a) c) a) END"
+  ids = np.array([[task.token_ids[t] for t in text.split()]])
+  walk = dyck_skips.walk_back([dict(inputs=ids, valid=ids > 0)], probe.brackets(task))
+  # scored positions 0-6; back to the innermost open bracket 0,0,2,0,0,2,6 tokens
+  assert walk == {0: dict(positions=4, median=0.0, p90=0.0),
+                  1: dict(positions=2, median=2.0, p90=2.0),
+                  2: dict(positions=1, median=6.0, p90=6.0)}
+
+
 def test_generated_strings_agree_with_a_walk_and_the_tasks_mask():
   task = dyck()
   batch = task.batch("test_depth", np.arange(40), task.max_sequence_length("test_depth"))
@@ -117,6 +128,9 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   assert set(table) == {"by_depth", "by_skipped", "by_skipped_at_trained_depths"}
   assert "closing-bracket accuracy by depth" in proc.stdout
   assert "positions at depth <= " in proc.stdout
+  assert set(result["walk_back"]) == {"test_depth", "train"}
+  assert result["walk_back"]["test_depth"]["0"]["median"] == 0.0  # at an open bracket itself
+  assert "Tokens back to the innermost open bracket" in proc.stdout
   # runs scored one at a time, merged from their JSON: one table over both
   other = dict(result, runs={"elsewhere/seed9": dict(run, seed=9)})
   (tmp_path / "other.json").write_text(json.dumps(other))
@@ -127,6 +141,7 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   both = json.loads(merged_out.read_text())
   assert len(both["runs"]) == 2 and both["split"] == result["split"]
   assert both["by_kind"][config.position.kind]["by_depth"]["1"]["n"] == 2
+  assert both["walk_back"] == result["walk_back"]
   (tmp_path / "file.json").write_text(json.dumps(dict(other, split="k8_m20.test")))
   refused = helpers.run_benchmark("dyck_skips.py", f"--from_json={out},{tmp_path}/file.json")
   assert refused.returncode != 0
