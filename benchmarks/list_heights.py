@@ -10,8 +10,8 @@ Each workdir is a trained run (its last checkpoint); its kind and seed are read
 from its config; a run whose last checkpoint is short of its `steps` (one a
 sweep is still training) is skipped, and said so. `--from_json` reads the
 counts of earlier `--out`s instead (a clone has the committed JSON, not the
-checkpoints; several files, comma-separated, are merged). Prints, per kind (mean over its runs [95% t-interval]), the
-accuracy at lists of each height; at each trained height (<= `d_train`) by
+checkpoints; several files, comma-separated, are merged). Prints, per kind
+(mean over its runs [95% t-interval]), the accuracy at lists of each height; at each trained height (<= `d_train`) by
 level: a list as high as trained ones but sitting deeper than any did; and at
 each trained height by its sibling (the highest list closed before it in the
 same enclosing list): a list as high as trained ones right after one higher
