@@ -26,27 +26,39 @@ import extrapolation_runs as runs_lib  # pylint: disable=g-import-not-at-top,wro
 import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
 from report_tables import METRIC_NAMES, fmt_interval, markdown_table, metric_value, seed_values  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-# Every kind's training step time against RoPE's (`step_benchmark.py --kinds=all`).
-STEP_COSTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                               "step_all_kinds.json")
+# Every kind's training step time against RoPE's (`step_benchmark.py --kinds=all`),
+# then the mixed kinds chosen from the rosters (measured later, each file
+# against its own RoPE): comma-separated, the first file that has a kind gives it.
+_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+STEP_COSTS_FILE = ",".join(
+    os.path.join(_RESULTS, name) for name in ("step_all_kinds.json", "step_mixed_chosen.json"))
 
 
-def step_costs(path: str = STEP_COSTS_FILE) -> tuple[tuple[str, ...], dict[str, list[float]]]:
-  """A `step_benchmark.py --kinds=all` result's training step time of each
-  `position.kind` over RoPE's: (its configs, {kind: [ratio per config]});
-  ((), {}) without the file. A malformed file is a one-line ValueError."""
-  if not os.path.exists(path):
-    return (), {}
-  try:
-    with open(path) as f:
-      results = json.load(f)["results"]
-    configs = tuple(r["config"] for r in results)
-    kinds = {"rope": [1.0] * len(results), "bifocal": [r["bifocal_over_rope"] for r in results]}
-    for kind in results[0]["kinds_over_rope"]:
-      kinds[kind] = [r["kinds_over_rope"][kind] for r in results]
-  except (ValueError, KeyError, TypeError, IndexError) as e:
-    raise ValueError(f"{path}: not a step_benchmark.py result with kinds_over_rope "
-                     f"({type(e).__name__}: {e})") from None
+def step_costs(paths: str = STEP_COSTS_FILE) -> tuple[tuple[str, ...], dict[str, list[float]]]:
+  """`step_benchmark.py` results' training step time of each `position.kind`
+  over RoPE's, measured in the same run: (their configs, {kind: [ratio per
+  config]}). `paths`: comma-separated files; a kind comes from the first file
+  that measured it; files that are absent are left out (none: ((), {})). A
+  malformed file, or files of different configs, is a one-line ValueError."""
+  configs, kinds = (), {}
+  for path in paths.split(","):
+    if not os.path.exists(path):
+      continue
+    try:
+      with open(path) as f:
+        results = json.load(f)["results"]
+      these = tuple(r["config"] for r in results)
+      found = {"rope": [1.0] * len(results), "bifocal": [r["bifocal_over_rope"] for r in results]}
+      for kind in results[0]["kinds_over_rope"]:
+        found[kind] = [r["kinds_over_rope"][kind] for r in results]
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+      raise ValueError(f"{path}: not a step_benchmark.py result with kinds_over_rope "
+                       f"({type(e).__name__}: {e})") from None
+    if configs and these != configs:
+      raise ValueError(f"{path}: its configs {list(these)} are not the first file's "
+                       f"{list(configs)}")
+    configs = these
+    kinds = {**found, **kinds}
   return configs, kinds
 
 
@@ -138,9 +150,11 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
   if not parts:
     return ""
   name = METRIC_NAMES[metric]
+  step_files = "; a kind not in the first, from the next: ".join(
+      f"`benchmarks/results/{os.path.basename(p)}`" for p in STEP_COSTS_FILE.split(","))
   cost = (" The step time is the training step's, over RoPE's, measured on the CPU "
-          f"(`benchmarks/results/{os.path.basename(STEP_COSTS_FILE)}`, its configs "
-          f"{', '.join(f'`{c}`' for c in configs)}; command in README, Performance): what a "
+          f"({step_files}, its configs "
+          f"{', '.join(f'`{c}`' for c in configs)}; commands in README, Performance): what a "
           "kind costs beside what it buys (both bifocal splits: the benchmark's `bifocal`, "
           "heads split). On this shared CPU ratios within about 0.3 of "
           "each other are not told apart (one kind read 1.27x and 0.86x in two runs: README)."

@@ -845,6 +845,22 @@ def test_leaderboard_step_time_column_from_the_step_benchmark(tmp_path):
                   "rope": "1.00x / 1.00x"}
   assert "step time" not in leaderboard_lib.leaderboard(groups, ["test_length"], {})
   assert leaderboard_lib.step_costs(str(tmp_path / "absent.json")) == ((), {})
+  # a later file adds the kinds the first did not measure, against its own RoPE
+  later = str(tmp_path / "step_mixed.json")
+  with open(later, "w") as f:
+    json.dump({"results": [
+        {"config": "default", "bifocal_over_rope": 9.0, "kinds_over_rope": {"alibi": 9.0,
+                                                                            "rope+alibi": 1.3}},
+        {"config": "large", "bifocal_over_rope": 9.0, "kinds_over_rope": {"alibi": 9.0,
+                                                                          "rope+alibi": 1.4}}]}, f)
+  both = leaderboard_lib.step_costs(f"{step_file},{tmp_path / 'absent.json'},{later}")
+  assert both == (("default", "large"), {**costs[1], "rope+alibi": [1.3, 1.4]})
+  with open(later, "w") as f:
+    json.dump({"results": [{"config": "default", "bifocal_over_rope": 1.0,
+                            "kinds_over_rope": {"rope+alibi": 1.3}}]}, f)
+  with pytest.raises(ValueError, match=r"step_mixed.json: its configs \['default'\] are not "
+                     r"the first file's \['default', 'large'\]"):
+    leaderboard_lib.step_costs(f"{step_file},{later}")
   with open(step_file, "w") as f:
     json.dump({"results": [{"config": "default"}]}, f)
   with pytest.raises(ValueError, match="step_all_kinds.json: not a step_benchmark.py result"):
