@@ -51,19 +51,20 @@ def main(argv):
         source[k] for k in ("runs", "m", "split", "examples", "machine", "walk_back"))
   else:
     split, examples, machine = _SPLIT.value, _EXAMPLES.value, bench_util.machine()
-    scored = []
+    first = []  # a scored run, whose evaluator reads the strings for the walk back
 
     def score(run):
-      scored[:] = scored or [run]
+      if not first:
+        first.append(run)
       return dyck_skips.score_run(run, split, num_examples=examples)
 
     runs, task = bench_util.score_trained_runs(_WORKDIRS.value, score)
     m = task.m
     # the data's own walk back, on the split and on training strings
-    vocab = probe.brackets(scored[0].setup.task)
+    vocab = probe.brackets(first[0].setup.task)
     walk = {
-        name: dyck_skips.walk_back(scored[0].evaluator.batches(name, num_examples=examples),
-                                   vocab) for name in dict.fromkeys((split, "train"))
+        name: dyck_skips.walk_back(first[0].evaluator.batches(name, num_examples=examples), vocab)
+        for name in dict.fromkeys((split, "train"))
     }
   out = dyck_skips.tables(runs, m)
   depths = sorted({d for t in out.values() for d in t["by_depth"]})

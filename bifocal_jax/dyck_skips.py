@@ -84,8 +84,8 @@ def walk_back(batches: Iterable[dict[str, np.ndarray]], vocab: probe.Brackets) -
   out = {}
   for s, parts in sorted(back.items()):
     d = np.concatenate(parts)
-    out[s] = dict(positions=int(d.size), median=float(np.median(d)), p90=float(np.percentile(d,
-                                                                                             90)))
+    median, p90 = np.percentile(d, [50, 90])
+    out[s] = dict(positions=int(d.size), median=float(median), p90=float(p90))
   return out
 
 
@@ -94,11 +94,7 @@ def tables(runs: dict[str, dict], m: int) -> dict:
   cell the mean of its runs' accuracies (`labelled_counts.over_seeds`): by
   depth; by skipped height; and by skipped height at the trained depths
   (<= `m`)."""
-  keys = [tuple(map(int, k.split(","))) for r in runs.values() for k in r["counts"]]
-  depths, skips = sorted({k[0] for k in keys}), sorted({k[1] for k in keys})
-  by_kind: dict[str, list[dict]] = {}
-  for r in runs.values():
-    by_kind.setdefault(r["kind"], []).append(r)
+  grouped, (depths, skips) = labelled_counts.by_kind(runs, len(LABELS))
   over_seeds = labelled_counts.over_seeds
 
   def kind_tables(rs):
@@ -109,4 +105,4 @@ def tables(runs: dict[str, dict], m: int) -> dict:
             s: over_seeds(rs, lambda a, b, s=s: a <= m and b == s) for s in skips
         })
 
-  return {kind: kind_tables(rs) for kind, rs in by_kind.items()}
+  return {kind: kind_tables(rs) for kind, rs in grouped.items()}

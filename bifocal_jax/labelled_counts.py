@@ -4,7 +4,8 @@ as accuracies, one run at a time or as a mean over seeds.
 A count is `{"a,b,...": {"correct": c, "total": n}}`, keyed by the labels'
 values at the scored positions (`count`); counts of batches add (`merge`);
 `accuracy` pools the keys a predicate accepts, and `over_seeds` averages a
-kind's runs with a 95% t-interval. `list_heights` (ListOps, at each `]`) and
+kind's runs with a 95% t-interval (`by_kind` groups runs and lists each
+label's values). `list_heights` (ListOps, at each `]`) and
 `dyck_skips` (Dyck, at each position) count this way.
 """
 
@@ -46,6 +47,17 @@ def accuracy(counts: dict, keep) -> float | None:
     if keep(*map(int, key.split(","))):
       hits, total = hits + v["correct"], total + v["total"]
   return hits / total if total else None
+
+
+def by_kind(runs: dict[str, dict], labels: int) -> tuple[dict[str, list[dict]], list[list[int]]]:
+  """`runs` (`{name: {"kind": k, "counts": count, ...}}`) grouped by kind,
+  and the values each of the `labels` labels takes over all their counts,
+  sorted (one list per label)."""
+  keys = [tuple(map(int, k.split(","))) for r in runs.values() for k in r["counts"]]
+  grouped: dict[str, list[dict]] = {}
+  for r in runs.values():
+    grouped.setdefault(r["kind"], []).append(r)
+  return grouped, [sorted({k[i] for k in keys}) for i in range(labels)]
 
 
 def over_seeds(runs: list[dict], keep) -> dict | None:

@@ -26,6 +26,8 @@ import numpy as np
 
 from bifocal_jax import evaluate, labelled_counts, probe
 
+LABELS = ("height", "level", "sibling")
+
 
 def close_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
                  vocab: probe.Brackets) -> dict[str, np.ndarray]:
@@ -43,8 +45,7 @@ def close_labels(inputs_BxL: np.ndarray, valid_BxL: np.ndarray,
 def count(correct_BxL: np.ndarray, labels: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
   """`{"h,l,s": {"correct": c, "total": n}}` over the labelled `]`, keyed by
   height, level and sibling (`labelled_counts.count`)."""
-  return labelled_counts.count(correct_BxL, labels["height"] >= 0, labels,
-                               ("height", "level", "sibling"))
+  return labelled_counts.count(correct_BxL, labels["height"] >= 0, labels, LABELS)
 
 
 def score_run(run: evaluate.Run, split: str, *, num_examples: int | None = None) -> dict:
@@ -75,15 +76,11 @@ def score_run(run: evaluate.Run, split: str, *, num_examples: int | None = None)
 
 def tables(runs: dict[str, dict], d_train: int) -> dict:
   """Per kind, over `runs` (`{name: {"kind": k, "counts": count, ...}}`), each
-  cell the mean of its runs' accuracies (`labelled_counts.over_seeds`): by height; at each
-  trained height (<= `d_train`) by level; and, below the outermost list, by
-  sibling."""
-  keys = [tuple(map(int, k.split(","))) for r in runs.values() for k in r["counts"]]
-  heights, levels = sorted({k[0] for k in keys}), sorted({k[1] for k in keys})
-  siblings = sorted({k[2] for k in keys} - {-1})
-  by_kind: dict[str, list[dict]] = {}
-  for r in runs.values():
-    by_kind.setdefault(r["kind"], []).append(r)
+  cell the mean of its runs' accuracies (`labelled_counts.over_seeds`): by
+  height; at each trained height (<= `d_train`) by level; and, below the
+  outermost list, by sibling."""
+  grouped, (heights, levels, siblings) = labelled_counts.by_kind(runs, len(LABELS))
+  siblings = [s for s in siblings if s != -1]
   trained = range(1, d_train + 1)
 
   def kind_tables(rs):
@@ -99,4 +96,4 @@ def tables(runs: dict[str, dict], d_train: int) -> dict:
             s: by_sibling(h, s) for s in siblings
         } for h in trained})
 
-  return {kind: kind_tables(rs) for kind, rs in by_kind.items()}
+  return {kind: kind_tables(rs) for kind, rs in grouped.items()}

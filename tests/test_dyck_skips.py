@@ -73,6 +73,7 @@ def test_tables_average_each_runs_accuracy():
                                    "7,6": dict(correct=1, total=1)}),
   }
   table = dyck_skips.tables(runs, m=5)["a"]
+  assert dyck_skips.tables({}, m=5) == {}
   assert table["by_depth"][7]["mean"] == pytest.approx((0 + 1) / 2)
   assert table["by_skipped"][6]["mean"] == pytest.approx((1 / 4 + 1) / 2)
   assert table["by_skipped"][0]["mean"] == pytest.approx((1 / 3 + 1) / 2)
