@@ -49,8 +49,10 @@ the others the `sensitivity` arm labelled `lr<rate>`; each summary's
 `seconds` is its share of the population's time. `--limit N` stops after N
 runs (populations): one ~10-minute accelerator command is `--limit 1`.
 `--stop_by 2.5h` (or `HH:MM`) starts no run expected to end after then
-(`Sweep.expected_seconds`), but the next in the order that fits, for a
-machine lent for a while.
+(`Sweep.expected_seconds`; a run trained part-way: what it has left), but the
+next in the order that fits, for a machine lent for a while. `--until HH:MM`
+stops the runs in flight then, each saving its checkpoint, for the next sweep
+to resume: for a machine that keeps its disk between loans.
 
 Budgets (`--calibrate`): for each task, `rope` (seed 0) trains up to the
 preset's `max_steps`, evaluated on `valid` every `interval` steps; the task's
@@ -109,7 +111,8 @@ from extrapolation_runs import (  # pylint: disable=g-import-not-at-top,wrong-im
     REPO, PopulationRun, Preset, Run, TaskSpec, checkpoint_results_path, published_data,
     published_file, write_atomically)
 from run_summary import (  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
-    TOOK, calibration_record, logged_seconds, read_json, summary_of, summary_path, trained)
+    TOOK, calibration_record, logged_seconds, read_json, summary_of, summary_path, trained,
+    trained_fraction)
 from bifocal_jax import host  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from extrapolation_report import BUDGETS_FILE, cells, load_budgets  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -132,6 +135,7 @@ class _Stop:
   def __init__(self):
     self.signal = None
     self.children: set[subprocess.Popen] = set()
+    self._lock = threading.RLock()  # each stop reaches each child once
 
   def __enter__(self):
     self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -139,10 +143,26 @@ class _Stop:
 
   def _handle(self, signum, frame):
     del frame
-    self.signal = signum
-    for child in list(self.children):
-      if child.poll() is None:
-        child.send_signal(signum)
+    self.stop(signum)
+
+  def stop(self, signum: int, *, once: bool = False):
+    """Starts no further command; passes `signum` on to those in flight
+    (`once`: unless stopped already, since a trainer's second signal skips its
+    save; a user's second Ctrl-C is passed on, to stop them at once)."""
+    with self._lock:
+      if once and self.signal is not None:
+        return
+      self.signal = signum
+      for child in list(self.children):
+        if child.poll() is None:
+          child.send_signal(signum)
+
+  def add(self, child: subprocess.Popen):
+    """Tracks `child`; one started after the stop gets the signal at once."""
+    with self._lock:
+      self.children.add(child)
+      if self.signal is not None:
+        child.send_signal(self.signal)
 
   def __exit__(self, *exc):
     for s, handler in self._previous.items():
@@ -185,7 +205,7 @@ def _execute(command: list[str], log_path: str, stop: _Stop,
     start = time.monotonic()
     child = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                              preexec_fn=in_child)
-    stop.children.add(child)
+    stop.add(child)
     try:
       status = child.wait()
     finally:
@@ -281,9 +301,10 @@ def git_commit_paths(paths: Sequence[str], message: str, *, log: Callable[[str],
 _GIT_LOCK = threading.Lock()
 
 
-def parse_stop_by(value: str, now: float | None = None) -> float:
-  """`--stop_by`: a duration from now (`90m`, `2.5h`), a time of day `HH:MM`
-  (its next occurrence) or `YYYY-MM-DDTHH:MM`, both in local time; the POSIX time."""
+def parse_deadline(value: str, now: float | None = None, *, flag: str = "stop_by") -> float:
+  """`--stop_by`, `--until`: a duration from now (`90m`, `2.5h`), a time of day
+  `HH:MM` (its next occurrence) or `YYYY-MM-DDTHH:MM`, both in local time; the
+  POSIX time."""
   now = time.time() if now is None else now
   text = value.strip()
   try:
@@ -299,7 +320,7 @@ def parse_stop_by(value: str, now: float | None = None) -> float:
     at = datetime.datetime.combine(today, clock).timestamp()
     return at if at > now else at + 86400
   except ValueError:
-    raise ValueError(f"stop_by={value!r}: expected a duration (90m, 2.5h), HH:MM or "
+    raise ValueError(f"{flag}={value!r}: expected a duration (90m, 2.5h), HH:MM or "
                      f"YYYY-MM-DDTHH:MM") from None
 
 
@@ -423,17 +444,19 @@ class Sweep:
       self._map(one, todo, jobs)
     return load_budgets(self.results_dir)
 
-  def run(self, *, jobs: int = 1, limit: int | None = None,
-          stop_by: float | None = None) -> dict[str, str]:
+  def run(self, *, jobs: int = 1, limit: int | None = None, stop_by: float | None = None,
+          until: float | None = None) -> dict[str, str]:
     """Runs what is pending, `jobs` at a time (at most `limit` runs, a
     population counting as one); returns {run name: status}. Each job takes
     the first pending run not yet tried, asked afresh as it starts one, so a
     task another process calibrated meanwhile joins in its place in the
     order; a run tried once is not tried again. `stop_by` (POSIX time): a run
     whose `expected_seconds` would end after it is passed over for the next
-    in the order that fits (the runs in flight finish)."""
+    in the order that fits (the runs in flight finish). `until` (POSIX time):
+    then the runs in flight are stopped as by SIGTERM (each trainer saves its
+    checkpoint; status "stopped") and none starts; the next sweep resumes them."""
     with self._exclusive(jobs):
-      return self._run_pending(jobs, limit, stop_by)
+      return self._run_pending(jobs, limit, stop_by, until)
 
   def expected_seconds(self, unit: Run | PopulationRun) -> float | None:
     """How long `unit` will take (`progress_report.expected_seconds`): the
@@ -447,8 +470,10 @@ class Sweep:
                                                        "*", "seed*.json"))
                  if isinstance((s := read_json(path) or {}).get("seconds"), (int, float))
                  and all(k in s for k in ("task", "kind", "arm", "group", "seed"))]
-    return progress_report.run_seconds(cells(summaries), unit,
-                                       step_costs(self.step_costs_file)[1])
+    whole = progress_report.run_seconds(cells(summaries), unit,
+                                        step_costs(self.step_costs_file)[1])
+    # A run stopped part-way (`until`, a signal) resumes from its checkpoint.
+    return None if whole is None else whole * (1.0 - trained_fraction(unit.workdir(self.out)))
 
   def _fits(self, unit: Run | PopulationRun, stop_by: float, passed_over: set[str]) -> bool:
     """Whether `unit` is expected to end by `stop_by` (one of unknown length:
@@ -463,8 +488,8 @@ class Sweep:
       self.log(f"stop_by {when}: not starting {unit.name}{guess}")
     return False
 
-  def _run_pending(self, jobs: int, limit: int | None,
-                   stop_by: float | None = None) -> dict[str, str]:
+  def _run_pending(self, jobs: int, limit: int | None, stop_by: float | None = None,
+                   until: float | None = None) -> dict[str, str]:
     out: dict[str, str] = {}
     tried: list = []
     lock = threading.Lock()
@@ -501,9 +526,24 @@ class Sweep:
         if "stopped" in statuses.values():
           halted.set()
 
+    def stop_at_until(stop):
+      if stop.signal is None:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(until))
+        self.log(f"until {when}: stopping the runs in flight (each saves its checkpoint)")
+        stop.stop(signal.SIGTERM, once=True)
+
     with _Stop() as stop, concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-      for future in [pool.submit(worker, stop) for _ in range(jobs)]:
-        future.result()
+      timer = None
+      if until is not None:
+        timer = threading.Timer(max(until - time.time(), 0.0), stop_at_until, (stop,))
+        timer.daemon = True
+        timer.start()
+      try:
+        for future in [pool.submit(worker, stop) for _ in range(jobs)]:
+          future.result()
+      finally:
+        if timer is not None:
+          timer.cancel()
     return out
 
   def _run_unit(self, unit, runs: list[Run], index: int, total: int, stop: _Stop, *,
@@ -592,6 +632,11 @@ _STOP_BY = flags.DEFINE_string(
     "in the order that fits; the runs in flight finish (the sweep's runs; not --calibrate's). A duration (90m, "
     "2.5h), HH:MM (next occurrence) or YYYY-MM-DDTHH:MM, local time: for a machine lent for a "
     "while, where a run cut off is lost.")
+_UNTIL = flags.DEFINE_string(
+    "until", None, "Then stop the runs in flight as SIGTERM does (each trainer saves its "
+    "checkpoint) and start none; the next sweep resumes them from there, and --stop_by counts "
+    "only the training they have left. Same forms as --stop_by: for a machine lent for a while "
+    "that keeps its disk between loans, where --stop_by alone would leave cores idle at the end.")
 _TASKS = flags.DEFINE_list(
     "tasks", None, "Only these tasks of the preset (their names, comma-separated): their "
     "calibration and runs (the report is the whole preset's).")
@@ -631,7 +676,8 @@ def main(argv):
   if _DATA_DIR.value:  # for the evaluations too (their subprocesses inherit it)
     os.environ[published_data.DATA_DIR_ENV] = os.path.abspath(_DATA_DIR.value)
   shard = parse_shard(_SHARD.value) if _SHARD.value else None
-  stop_by = parse_stop_by(_STOP_BY.value) if _STOP_BY.value else None
+  stop_by = parse_deadline(_STOP_BY.value) if _STOP_BY.value else None
+  until = parse_deadline(_UNTIL.value, flag="until") if _UNTIL.value else None
   sweep = Sweep(preset, os.path.abspath(_OUT.value), results_dir, log=log, on_written=on_written,
                 shard=shard, pin_cores=_PIN_CORES.value, resolve=resolve)
   if _DRY_RUN.value:
@@ -649,7 +695,7 @@ def main(argv):
     for task in preset.tasks:  # before any run: the line that says how to get them
       for file_name, _ in task.published + task.checkpoint_published:
         published_file(sweep.out, file_name, None)
-    statuses = sweep.run(jobs=_JOBS.value, limit=_LIMIT.value, stop_by=stop_by)
+    statuses = sweep.run(jobs=_JOBS.value, limit=_LIMIT.value, stop_by=stop_by, until=until)
     counts = {s: list(statuses.values()).count(s) for s in sorted(set(map(str, statuses.values())))}
     print(f"sweep: {counts}", flush=True)
   link_base = os.path.dirname(os.path.abspath(_RESULTS_MD.value)) if _RESULTS_MD.value else None

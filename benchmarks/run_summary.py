@@ -50,6 +50,22 @@ def trained(workdir: str) -> bool:
   return steps is not None and os.path.isdir(os.path.join(workdir, "checkpoints", str(steps)))
 
 
+def trained_fraction(workdir: str) -> float:
+  """How much of its training a run's workdir holds: its latest checkpoint's
+  step over its budget (`config.json`'s `steps`), 0.0 without either (a run
+  stopped part-way resumes from that checkpoint)."""
+  config = read_json(os.path.join(workdir, "config.json"))
+  steps = None if config is None else config.get("steps")
+  try:
+    saved = [int(name) for name in os.listdir(os.path.join(workdir, "checkpoints"))
+             if name.isdigit()]  # Orbax's finished saves; temporary ones have suffixes
+  except OSError:
+    saved = []
+  if not isinstance(steps, int) or steps <= 0 or not saved:
+    return 0.0
+  return min(max(saved) / steps, 1.0)
+
+
 def read_metrics(workdir: str) -> list[dict]:
   records = []
   try:

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -1238,16 +1239,84 @@ def test_stop_by_passes_over_runs_expected_to_end_after_it_for_the_next_that_fit
                                                      later.name: "done"}
 
 
-def test_parse_stop_by():
+def test_a_run_trained_part_way_is_expected_to_take_only_what_is_left(tmp_path):
+  results, out = str(tmp_path / "results"), str(tmp_path / "out")
+  sweep = ex.Sweep(PRESET, out, results, log=lambda m: None)
+  _finished(results, ex.Run(TASK, "rope", 0), 800)
+  run = ex.Run(TASK, "rope", 1)
+  workdir = run.workdir(out)
+  assert run_summary.trained_fraction(workdir) == 0.0  # nothing there yet
+  os.makedirs(os.path.join(workdir, "checkpoints", "250"))
+  assert run_summary.trained_fraction(workdir) == 0.0  # no config: no budget to count against
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    json.dump({"steps": 1000}, f)
+  # a save in progress (Orbax's temporary name) does not count
+  os.makedirs(os.path.join(workdir, "checkpoints", "750.orbax-checkpoint-tmp-1"))
+  assert run_summary.trained_fraction(workdir) == 0.25
+  assert sweep.expected_seconds(run) == pytest.approx(600)
+  os.makedirs(os.path.join(workdir, "checkpoints", "1000"))
+  assert run_summary.trained_fraction(workdir) == 1.0
+  assert sweep.expected_seconds(run) == pytest.approx(0)
+
+
+_WAITS_FOR_SIGTERM = """
+import signal, sys, time
+signals = []
+signal.signal(signal.SIGTERM, lambda *a: signals.append(1))
+print('ready', flush=True)
+deadline = time.time() + 60
+while not signals and time.time() < deadline:
+  time.sleep(0.01)
+time.sleep(0.3)  # a second signal would land here
+print('signals', len(signals), flush=True)
+"""
+
+
+def test_until_stops_the_runs_in_flight_once_each_and_starts_none(tmp_path, monkeypatch):
+  logged = []
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=logged.append)
+  runs = [ex.Run(TASK, "rope", seed) for seed in range(3)]
+  monkeypatch.setattr(sweep, "pending", lambda: runs)
+  monkeypatch.setattr(sweep, "budget", lambda task: 10)
+  monkeypatch.setattr(ex, "_stages", lambda run, out, budget, evaluate: [
+      ("train", run, [sys.executable, "-c", _WAITS_FOR_SIGTERM])])
+  start = time.time()
+  statuses = sweep.run(jobs=2, until=start + 3)
+  assert statuses == {runs[0].name: "stopped", runs[1].name: "stopped"}  # the third not started
+  assert 3 <= time.time() - start < 50
+  for run in runs[:2]:
+    with open(os.path.join(run.workdir(sweep.out), "train.log")) as f:
+      log = f.read()
+    assert "ready" in log and "signals 1" in log, log  # one signal: the trainer saves
+  assert not os.path.exists(runs[2].workdir(sweep.out))
+  assert sum("until" in m and "stopping the runs in flight" in m for m in logged) == 1, logged
+  assert not any(os.path.exists(os.path.join(r.workdir(sweep.out), ex.FAILED_FILE)) for r in runs)
+
+
+def test_a_command_started_after_the_stop_gets_the_signal_at_once(tmp_path):
+  with ex._Stop() as stop:
+    stop.stop(signal.SIGTERM, once=True)
+    stop.stop(signal.SIGTERM, once=True)  # once: no second signal for anyone
+    start = time.time()
+    status, tail = ex._execute([sys.executable, "-c", _WAITS_FOR_SIGTERM], str(tmp_path / "log"),
+                               stop)
+  # killed before its handler was set, or caught the signal: either way it ended at once
+  assert status == -signal.SIGTERM or "signals 1" in tail, tail
+  assert time.time() - start < 50
+
+
+def test_parse_deadline():
   now = datetime.datetime(2026, 12, 4, 8, 0).timestamp()
-  assert ex.parse_stop_by("90m", now) == now + 5400
-  assert ex.parse_stop_by(" 2.5h", now) == now + 9000
-  assert ex.parse_stop_by("09:30", now) == now + 5400  # later today
-  assert ex.parse_stop_by("07:30", now) == now + 86400 - 1800  # tomorrow's
-  assert ex.parse_stop_by("2026-12-05T08:00", now) == now + 86400
+  assert ex.parse_deadline("90m", now) == now + 5400
+  assert ex.parse_deadline(" 2.5h", now) == now + 9000
+  assert ex.parse_deadline("09:30", now) == now + 5400  # later today
+  assert ex.parse_deadline("07:30", now) == now + 86400 - 1800  # tomorrow's
+  assert ex.parse_deadline("2026-12-05T08:00", now) == now + 86400
   for value in ("soon", "-5m", "0h", "25:00", "", "m", "2026-13-01T00:00"):
     with pytest.raises(ValueError, match=f"stop_by={value!r}: expected a duration"):
-      ex.parse_stop_by(value, now)
+      ex.parse_deadline(value, now)
+  with pytest.raises(ValueError, match="until='soon': expected a duration"):
+    ex.parse_deadline("soon", now, flag="until")
 
 
 def test_published_subset_keeps_name_and_spans_the_file(tmp_path, published_dir):
@@ -1522,6 +1591,8 @@ def test_dry_run_lists_the_shards_runs(tmp_path):
   assert bad.returncode == 2 and "shard='2/2': needs 0 <= i < N" in bad.stderr
   bad = _cli("--preset=population_smoke", "--stop_by=soon", "--dry_run", timeout=120)
   assert bad.returncode == 2 and "stop_by='soon': expected a duration" in bad.stderr
+  bad = _cli("--preset=population_smoke", "--until=25:00", "--dry_run", timeout=120)
+  assert bad.returncode == 2 and "until='25:00': expected a duration" in bad.stderr
   broken = tmp_path / "broken"
   broken.mkdir()
   (broken / "budgets.json").write_text("{")
