@@ -22,6 +22,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+from absl import app
 import numpy as np
 
 from bifocal_jax import config as config_lib
@@ -137,6 +138,22 @@ def write_json(path: str | None, results: dict) -> None:
   print(f"wrote {path}")
 
 
+def run_main(main) -> None:
+  """`app.run(main)`, a ValueError (bad input: a flag, a file) as one line,
+  `error: ...`, and exit status 2."""
+  try:
+    app.run(main)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+def kind_label(position) -> str:
+  """A run's position kind as the sweep names it: bifocal with its split
+  (`bifocal_heads`, `bifocal_pairs`: two kinds, one `position.kind`)."""
+  return f"bifocal_{position.split}" if position.kind == "bifocal" else position.kind
+
+
 def score_trained_runs(pattern: str | None, score: Callable[[evaluate.Run], dict]) -> tuple[dict, object]:
   """`({workdir: {"kind", "seed", "step", "counts": score(run)}}, the last
   run's task config)` over the run directories `pattern` (`--workdirs`) matches,
@@ -144,7 +161,9 @@ def score_trained_runs(pattern: str | None, score: Callable[[evaluate.Run], dict
   `steps` (one a sweep is still training) is skipped, and said so on stderr;
   nothing matched, or nothing finished, is a one-line ValueError. `pattern`
   may be several globs, comma-separated."""
-  workdirs = sorted({w for p in (pattern or "").split(",") if p for w in glob.glob(p)})
+  # directories only: a rerun's summaries (`OUT/<run>.json`) sit beside its workdirs
+  workdirs = sorted({w for p in (pattern or "").split(",") if p for w in glob.glob(p)
+                     if os.path.isdir(w)})
   if not workdirs:
     raise ValueError(f"--workdirs={pattern!r}: matches no directory")
   runs, task = {}, None
@@ -154,7 +173,7 @@ def score_trained_runs(pattern: str | None, score: Callable[[evaluate.Run], dict
       print(f"{workdir}: skipped, its last checkpoint is step {run.step} of "
             f"{run.config.steps}", file=sys.stderr, flush=True)
       continue
-    kind, task = run.config.position.kind, run.config.task
+    kind, task = kind_label(run.config.position), run.config.task
     runs[workdir] = dict(kind=kind, seed=run.config.seed, step=run.step, counts=score(run))
     print(f"{workdir}: {kind} seed {run.config.seed}", file=sys.stderr, flush=True)
   if not runs:

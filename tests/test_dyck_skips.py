@@ -2,12 +2,17 @@
 generated strings, a run's counts against the evaluation's own."""
 
 import json
+import os
+import sys
 
 import helpers
 import numpy as np
 import pytest
 
 from bifocal_jax import dyck_skips, probe, tasks
+
+sys.path.insert(0, os.path.join(helpers.ROOT, "benchmarks"))
+import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 def dyck():
   return tasks.get_task(tasks.default_task_config("dyck"))
@@ -108,6 +113,16 @@ def test_a_dyck_file_is_scored_by_its_first_lines(tmp_path):
     dyck_skips.score_run(run, "k8_m7.test", num_examples=2)
 
 
+def test_a_bifocal_run_is_named_with_its_split_as_the_sweep_names_it():
+  position = tasks.default_task_config("dyck")  # any ConfigDict with the two fields
+  position.kind, position.split = "bifocal", "pairs"
+  assert bench_util.kind_label(position) == "bifocal_pairs"
+  position.split = "heads"
+  assert bench_util.kind_label(position) == "bifocal_heads"
+  position.kind = "rope"
+  assert bench_util.kind_label(position) == "rope"
+
+
 def test_other_tasks_are_refused():
   run = helpers.untrained_run("listops_depth.py")
   with pytest.raises(ValueError, match="task 'listops_depth' has no closing-bracket score"):
@@ -118,14 +133,15 @@ def test_other_tasks_are_refused():
 def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   config, _, in_flight = helpers.finished_and_in_flight_runs(tmp_path, "dyck.py")
   out = tmp_path / "skips.json"
-  proc = helpers.run_benchmark("dyck_skips.py", f"--workdirs={tmp_path}/run,{in_flight}",
+  (tmp_path / "run.json").write_text("{}")  # a rerun's summary beside its workdir: not a run
+  proc = helpers.run_benchmark("dyck_skips.py", f"--workdirs={tmp_path}/run*,{in_flight}",
                                "--examples=16", f"--out={out}")
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert f"{in_flight}: skipped, its last checkpoint is step 5 of 10" in proc.stderr
   result = json.loads(out.read_text())
   [run] = result["runs"].values()
   assert run["step"] == 10 and result["m"] == config.task.m
-  table = result["by_kind"][config.position.kind]
+  table = result["by_kind"][bench_util.kind_label(config.position)]
   assert set(table) == {"by_depth", "by_skipped", "by_skipped_at_trained_depths"}
   assert "closing-bracket accuracy by depth" in proc.stdout
   assert "positions at depth <= " in proc.stdout
@@ -141,9 +157,10 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   assert merged.returncode == 0, merged.stderr[-2000:]
   both = json.loads(merged_out.read_text())
   assert len(both["runs"]) == 2 and both["split"] == result["split"]
-  assert both["by_kind"][config.position.kind]["by_depth"]["1"]["n"] == 2
+  assert both["by_kind"][bench_util.kind_label(config.position)]["by_depth"]["1"]["n"] == 2
   assert both["walk_back"] == result["walk_back"]
   (tmp_path / "file.json").write_text(json.dumps(dict(other, split="k8_m20.test")))
   refused = helpers.run_benchmark("dyck_skips.py", f"--from_json={out},{tmp_path}/file.json")
-  assert refused.returncode != 0
+  assert refused.returncode == 2 and "Traceback" not in refused.stderr
+  assert refused.stderr.strip().splitlines()[-1].startswith("error: --from_json=")
   assert "its split 'k8_m20.test' is not the first file's 'test_depth'" in refused.stderr
