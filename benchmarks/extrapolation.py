@@ -472,7 +472,8 @@ class Sweep:
                  and all(k in s for k in ("task", "kind", "arm", "group", "seed"))]
     whole = progress_report.run_seconds(cells(summaries), unit,
                                         step_costs(self.step_costs_file)[1])
-    # A run stopped part-way (`until`, a signal) resumes from its checkpoint.
+    # A run stopped part-way (`until`, a signal) resumes from its checkpoint; its
+    # evaluation is taken to scale alike (an underestimate for one fully trained).
     return None if whole is None else whole * (1.0 - trained_fraction(unit.workdir(self.out)))
 
   def _fits(self, unit: Run | PopulationRun, stop_by: float, passed_over: set[str]) -> bool:
