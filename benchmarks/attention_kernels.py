@@ -26,7 +26,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from bifocal_jax import attention
 
@@ -116,4 +116,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  bench_util.run_main(main)

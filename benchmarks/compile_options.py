@@ -34,7 +34,7 @@ import time
 
 import jax
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from bifocal_jax import sharding
 from bifocal_jax import state as state_lib
@@ -158,4 +158,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  bench_util.run_main(main)

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from absl import app, flags
+from absl import flags
 
 from bifocal_jax import host
 
@@ -123,4 +123,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  bench_util.run_main(main)

@@ -38,7 +38,7 @@ import traceback
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from bifocal_jax import attention, model as model_lib
 from bifocal_jax import sharding, tasks
@@ -299,4 +299,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  bench_util.run_main(main)

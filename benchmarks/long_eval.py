@@ -37,7 +37,7 @@ import time
 
 import jax
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from bifocal_jax import sharding
 
@@ -170,4 +170,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  bench_util.run_main(main)

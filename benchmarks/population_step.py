@@ -28,7 +28,7 @@ import sys
 import time
 
 import jax
-from absl import app, flags
+from absl import flags
 
 from bifocal_jax import config as config_lib
 from bifocal_jax import population
@@ -119,4 +119,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  bench_util.run_main(main)

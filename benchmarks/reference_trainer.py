@@ -77,7 +77,7 @@ import time
 import grain
 import jax
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from bifocal_jax import launch, sharding, tasks
 from bifocal_jax import state as state_lib
@@ -428,4 +428,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  bench_util.run_main(main)

@@ -50,7 +50,7 @@ import sys
 import time
 
 import jax
-from absl import app, flags
+from absl import flags
 from flax import nnx
 
 from bifocal_jax import model as model_lib
@@ -284,4 +284,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  bench_util.run_main(main)

@@ -30,7 +30,7 @@ import tempfile
 import time
 
 import jax
-from absl import app, flags
+from absl import flags
 
 from bifocal_jax import sharding, tasks
 from bifocal_jax import state as state_lib
@@ -172,4 +172,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  bench_util.run_main(main)

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import app, flags
+from absl import flags
 from flax import nnx
 
 import bench_util
@@ -146,4 +146,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  bench_util.run_main(main)

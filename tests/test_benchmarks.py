@@ -143,6 +143,17 @@ def test_reference_trainer_rejects_a_directory_that_is_not_their_checkout(tmp_pa
                            "neural_networks_chomsky_hierarchy (no experiments/training.py)\n")
 
 
+def test_a_benchmark_given_a_bad_flag_says_so_in_one_line():
+  """`bench_util.run_main`: a ValueError from a flag's value is one line, exit status 2."""
+  result = subprocess.run(
+      [sys.executable, "benchmarks/step_benchmark.py", "--configs=huge"], cwd=helpers.ROOT,
+      env=helpers.subprocess_env(), capture_output=True, text=True, timeout=300)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert result.stderr.strip().splitlines()[-1] == (
+      "error: --configs: unknown config 'huge', expected one of ('default', 'large', 'protocol40', 'protocol80', 'smoke')")
+  assert "Traceback" not in result.stderr
+
+
 @pytest.mark.skipif(not os.environ.get("NNCH_CHECKOUT"),
                     reason="set NNCH_CHECKOUT to a checkout of neural_networks_chomsky_hierarchy")
 def test_reference_trainer_against_their_code(tmp_path):
