@@ -1267,7 +1267,8 @@ print('ready', flush=True)
 deadline = time.time() + 60
 while not signals and time.time() < deadline:
   time.sleep(0.01)
-time.sleep(0.3)  # a second signal would land here
+print('got', flush=True)
+time.sleep(1.0)  # a second signal would land here
 print('signals', len(signals), flush=True)
 """
 
@@ -1303,6 +1304,31 @@ def test_a_command_started_after_the_stop_gets_the_signal_at_once(tmp_path):
   # killed before its handler was set, or caught the signal: either way it ended at once
   assert status == -signal.SIGTERM or "signals 1" in tail, tail
   assert time.time() - start < 50
+
+
+def test_a_second_signal_is_passed_on_to_stop_the_commands_at_once(tmp_path):
+  """A user's second Ctrl-C reaches the trainers (which then stop without
+  saving); only `until`'s stop is sent once."""
+  log_path = str(tmp_path / "log")
+  with ex._Stop() as stop:
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(out=ex._execute(
+        [sys.executable, "-c", _WAITS_FOR_SIGTERM], log_path, stop)))
+    worker.start()
+    def wait_for(line):  # a line the child printed (the command's text has them too)
+      deadline = time.time() + 60
+      while time.time() < deadline and not (
+          os.path.exists(log_path) and f"\n{line}\n" in open(log_path).read()):
+        time.sleep(0.05)
+
+    wait_for("ready")
+    stop.stop(signal.SIGTERM)
+    wait_for("got")  # handled before the next: the kernel merges a pending one
+    stop.stop(signal.SIGTERM)
+    stop.stop(signal.SIGTERM, once=True)  # already stopped: not sent
+    worker.join(60)
+  status, tail = result["out"]
+  assert status == 0 and "signals 2" in tail, tail
 
 
 def test_parse_deadline():
