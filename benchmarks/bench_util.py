@@ -25,7 +25,9 @@ import jax.numpy as jnp
 from absl import app
 import numpy as np
 
-from bifocal_jax import config as config_lib
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
+import extrapolation_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax import config as config_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax import evaluate, state, tasks
 from bifocal_jax import steps as steps_lib
 
@@ -148,12 +150,6 @@ def run_main(main) -> None:
     sys.exit(2)
 
 
-def kind_label(position) -> str:
-  """A run's position kind as the sweep names it: bifocal with its split
-  (`bifocal_heads`, `bifocal_pairs`: two kinds, one `position.kind`)."""
-  return f"bifocal_{position.split}" if position.kind == "bifocal" else position.kind
-
-
 def score_trained_runs(pattern: str | None, score: Callable[[evaluate.Run], dict]) -> tuple[dict, object]:
   """`({workdir: {"kind", "seed", "step", "counts": score(run)}}, the last
   run's task config)` over the run directories `pattern` (`--workdirs`) matches,
@@ -173,7 +169,7 @@ def score_trained_runs(pattern: str | None, score: Callable[[evaluate.Run], dict
       print(f"{workdir}: skipped, its last checkpoint is step {run.step} of "
             f"{run.config.steps}", file=sys.stderr, flush=True)
       continue
-    kind, task = kind_label(run.config.position), run.config.task
+    kind, task = extrapolation_runs.kind_name(run.config.position), run.config.task
     runs[workdir] = dict(kind=kind, seed=run.config.seed, step=run.step, counts=score(run))
     print(f"{workdir}: {kind} seed {run.config.seed}", file=sys.stderr, flush=True)
   if not runs:

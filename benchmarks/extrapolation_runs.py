@@ -37,6 +37,7 @@ KINDS = {
     "bifocal_pairs": {"position.kind": "bifocal", "position.split": "pairs"},
 }
 SPECTRAL_KINDS = ("spectral", "bifocal_heads", "bifocal_pairs")
+
 # The kinds of the bifocal verdict (the cpu and converged sweeps).
 VERDICT_KINDS = tuple(KINDS)
 # Every other `position.kind` of the registry (`bifocal_jax/positions/`), under
@@ -54,6 +55,15 @@ def kind_overrides(kind: str) -> dict:
   if not positions.is_valid_kind(kind):
     raise ValueError(f"kind {kind!r}: not one of the sweep's {tuple(KINDS)} nor a position.kind")
   return {"position.kind": kind}
+
+def kind_name(position) -> str:
+  """The sweep's name of a run's `config.position`: `kind_overrides` read
+  backwards (bifocal with its split, `bifocal_heads`; any other kind its own)."""
+  for name, overrides in KINDS.items():
+    if all(position.get(key.removeprefix("position.")) == value
+           for key, value in overrides.items()):
+      return name
+  return position.kind
 
 
 def is_spectral(kind: str) -> bool:

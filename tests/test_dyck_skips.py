@@ -12,7 +12,7 @@ import pytest
 from bifocal_jax import dyck_skips, probe, tasks
 
 sys.path.insert(0, os.path.join(helpers.ROOT, "benchmarks"))
-import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
+import extrapolation_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 def dyck():
   return tasks.get_task(tasks.default_task_config("dyck"))
@@ -113,16 +113,6 @@ def test_a_dyck_file_is_scored_by_its_first_lines(tmp_path):
     dyck_skips.score_run(run, "k8_m7.test", num_examples=2)
 
 
-def test_a_bifocal_run_is_named_with_its_split_as_the_sweep_names_it():
-  position = tasks.default_task_config("dyck")  # any ConfigDict with the two fields
-  position.kind, position.split = "bifocal", "pairs"
-  assert bench_util.kind_label(position) == "bifocal_pairs"
-  position.split = "heads"
-  assert bench_util.kind_label(position) == "bifocal_heads"
-  position.kind = "rope"
-  assert bench_util.kind_label(position) == "rope"
-
-
 def test_other_tasks_are_refused():
   run = helpers.untrained_run("listops_depth.py")
   with pytest.raises(ValueError, match="task 'listops_depth' has no closing-bracket score"):
@@ -141,7 +131,7 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   result = json.loads(out.read_text())
   [run] = result["runs"].values()
   assert run["step"] == 10 and result["m"] == config.task.m
-  table = result["by_kind"][bench_util.kind_label(config.position)]
+  table = result["by_kind"][extrapolation_runs.kind_name(config.position)]
   assert set(table) == {"by_depth", "by_skipped", "by_skipped_at_trained_depths"}
   assert "closing-bracket accuracy by depth" in proc.stdout
   assert "positions at depth <= " in proc.stdout
@@ -157,7 +147,7 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   assert merged.returncode == 0, merged.stderr[-2000:]
   both = json.loads(merged_out.read_text())
   assert len(both["runs"]) == 2 and both["split"] == result["split"]
-  assert both["by_kind"][bench_util.kind_label(config.position)]["by_depth"]["1"]["n"] == 2
+  assert both["by_kind"][extrapolation_runs.kind_name(config.position)]["by_depth"]["1"]["n"] == 2
   assert both["walk_back"] == result["walk_back"]
   (tmp_path / "file.json").write_text(json.dumps(dict(other, split="k8_m20.test")))
   refused = helpers.run_benchmark("dyck_skips.py", f"--from_json={out},{tmp_path}/file.json")

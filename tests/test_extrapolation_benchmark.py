@@ -1331,6 +1331,14 @@ def test_a_second_signal_is_passed_on_to_stop_the_commands_at_once(tmp_path):
   assert status == 0 and "signals 2" in tail, tail
 
 
+@pytest.mark.parametrize("kind", [*runs_lib.KINDS, "cope", "rope+cope"])
+def test_a_runs_config_names_its_sweep_kind(kind):
+  """`kind_name` reads `kind_overrides` backwards: the analyses label a
+  workdir's run as the sweep does (bifocal's two splits are two kinds)."""
+  config = runs_lib.load_config("configs/dyck.py", runs_lib.kind_overrides(kind))
+  assert runs_lib.kind_name(config.position) == kind
+
+
 def test_parse_deadline():
   now = datetime.datetime(2026, 12, 4, 8, 0).timestamp()
   assert ex.parse_deadline("90m", now) == now + 5400

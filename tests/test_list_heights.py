@@ -12,7 +12,7 @@ import pytest
 from bifocal_jax import list_heights, probe, tasks
 
 sys.path.insert(0, os.path.join(helpers.ROOT, "benchmarks"))
-import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
+import extrapolation_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 def listops_depth():
   return tasks.get_task(tasks.default_task_config("listops_depth"))
@@ -147,7 +147,7 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   result = json.loads(out.read_text())
   [run] = result["runs"].values()
   assert run["step"] == 10 and sum(v["total"] for v in run["counts"].values()) > 0
-  table = result["by_kind"][bench_util.kind_label(config.position)]
+  table = result["by_kind"][extrapolation_runs.kind_name(config.position)]
   assert table["by_height"]["1"]["n"] == 1  # one run: its own accuracy, no interval
   trained = {str(h) for h in range(1, config.task.d_train + 1)}
   assert set(table["trained_heights_by_level"]) == set(table["trained_heights_by_sibling"]) == trained
