@@ -59,8 +59,12 @@ def probe_table(groups: dict) -> str:
   (held-out `valid`, `test_depth`, and its depths deeper than any fitted),
   for ListOps the open-operator probe's the same way, and each eye's
   attention on the matching bracket at closing positions of `test_depth` (a
-  uniform head's weight on one key beside it)."""
+  uniform head's weight on one key beside it). A seed probed on its run
+  trained again (`rerun.py --attach_probe`) is counted as such."""
   probes_of = {cell: [s["probe"] for s in runs.values() if s.get("probe")]
+               for cell, runs in scratch_first(groups)}
+  # Seeds probed on a model trained again (`rerun.py --attach_probe`).
+  reruns_of = {cell: sum(bool(s.get("probe") and s.get("probe_rerun")) for s in runs.values())
                for cell, runs in scratch_first(groups)}
   columns = [("depth", "valid", "accuracy"), ("depth", "test_depth", "accuracy"),
              ("depth", "test_depth", "unseen_accuracy")]
@@ -75,7 +79,8 @@ def probe_table(groups: dict) -> str:
   for (arm, group), probes in probes_of.items():
     if not probes:
       continue
-    row = [f"{group} ({arm})", str(len(probes))]
+    reruns = reruns_of[arm, group]
+    row = [f"{group} ({arm})", f"{len(probes)}" + (f" ({reruns} on a rerun)" if reruns else "")]
     for probe_name, split, key in columns:
       values = [p[probe_name][split][key][-1] for p in probes if p.get(probe_name)]
       values = [v for v in values if v is not None]

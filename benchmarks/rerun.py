@@ -12,6 +12,12 @@ trained there is only evaluated), its summary written to `OUT/<run>.json`
 against one run: a difference inside the intervals and the seeds' spread is
 what a change of float rounding alone does; a wider one needs the seeds
 (`paired_revisions.py`).
+
+`--attach_probe`: a landed run summarized before the mechanism probes
+existed, its workdir gone, gets the rerun's `probe` (`eval.py --probe` of the
+model trained again), recorded as such under `probe_rerun` with the rerun's
+splits beside the landed ones, so the probe tables can count it; a rerun
+already summarized in `OUT` is read rather than trained again.
 """
 
 from __future__ import annotations
@@ -27,11 +33,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import extrapolation  # pylint: disable=g-import-not-at-top,wrong-import-position
 import report_tables  # pylint: disable=g-import-not-at-top,wrong-import-position
 from extrapolation_presets import PRESETS  # pylint: disable=g-import-not-at-top,wrong-import-position
-from extrapolation_runs import Run  # pylint: disable=g-import-not-at-top,wrong-import-position
+from extrapolation_runs import Run, write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
 from run_summary import logged_seconds, summary_of, summary_path  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # `--preset`, `--out` and `--results` are extrapolation.py's flags (imported with it).
 _RUN = flags.DEFINE_string("run", None, "The run's name: TASK/ARM/KIND/seedN.")
+_ATTACH_PROBE = flags.DEFINE_bool(
+    "attach_probe", False, "Write the rerun's probes into the landed summary, which has none.")
 
 
 def find_run(preset_name: str, name: str) -> Run:
@@ -61,6 +69,31 @@ def comparison(landed: dict, rerun: dict) -> str:
   return report_tables.markdown_table(rows)
 
 
+def with_rerun_probe(landed: dict, rerun: dict) -> dict:
+  """The landed summary with the rerun's `probe`, and under `probe_rerun`
+  where it came from: the rerun's date, commit, seconds and, per split, its
+  headline metric beside the landed one's (a ValueError when the landed run
+  has probes of its own or the rerun has none)."""
+  name = f"{landed.get('task')}/{landed.get('arm')}/{landed.get('kind')}/seed{landed.get('seed')}"
+  if landed.get("probe"):
+    raise ValueError(f"{name}: the landed summary has probes of its own")
+  if not rerun.get("probe"):
+    raise ValueError(f"{name}: the rerun has no probes (its task runs none)")
+  if (rerun.get("task"), rerun.get("kind"), rerun.get("seed")) != (
+      landed.get("task"), landed.get("kind"), landed.get("seed")):
+    raise ValueError(f"{name}: the rerun is of another run ({rerun.get('task')}/"
+                     f"{rerun.get('kind')}/seed{rerun.get('seed')})")
+  splits = {}
+  for split, now in rerun["splits"].items():
+    if split in landed["splits"]:
+      metric = "close_accuracy" if "close_accuracy" in now else "accuracy"
+      splits[split] = {"metric": metric, "landed": landed["splits"][split][metric],
+                       "rerun": now[metric]}
+  return {**landed, "probe": rerun["probe"],
+          "probe_rerun": {"date": rerun.get("date"), "commit": rerun.get("commit"),
+                          "seconds": rerun.get("seconds"), "splits": splits}}
+
+
 def main(argv):
   del argv
   preset, out = extrapolation._PRESET.value, extrapolation._OUT.value  # pylint: disable=protected-access
@@ -76,6 +109,31 @@ def main(argv):
     sys.exit(f"error: --run={_RUN.value!r}: no landed summary at {landed_path}")
   with open(landed_path) as f:
     landed = json.load(f)
+  if _ATTACH_PROBE.value and landed.get("probe"):  # before hours of training
+    sys.exit(f"error: --run={_RUN.value!r}: the landed summary has probes of its own")
+  path = summary_path(out, run)
+  if _ATTACH_PROBE.value and os.path.exists(path):
+    with open(path) as f:
+      rerun = json.load(f)
+    print(f"read {path}")
+  else:
+    rerun = _train_again(run, preset, out, results)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+      json.dump(rerun, f, indent=1)
+    print(f"wrote {path}")
+  print(f"\n{comparison(landed, rerun)}")
+  if _ATTACH_PROBE.value:
+    try:
+      attached = with_rerun_probe(landed, rerun)
+    except ValueError as e:
+      sys.exit(f"error: {e}")
+    write_atomically(landed_path, json.dumps(attached, indent=1))  # whole, or as it was
+    print(f"attached its probes to {landed_path}")
+
+
+def _train_again(run: Run, preset: str, out: str, results: str) -> dict:
+  """`run` trained and evaluated into `out` by the sweep's own path; its summary."""
   budget = extrapolation.Sweep(PRESETS[preset], out, results).budget(run.task)
   start = time.time()
   with extrapolation._Stop() as stop:  # pylint: disable=protected-access
@@ -83,12 +141,7 @@ def main(argv):
   if status != "done":
     sys.exit(f"error: {run.name}: {status} (see {run.workdir(out)})")
   seconds = max(logged_seconds(run.workdir(out)), time.time() - start)
-  rerun = summary_of(run, out, budget, seconds)
-  path = summary_path(out, run)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, "w") as f:
-    json.dump(rerun, f, indent=1)
-  print(f"wrote {path}\n\n{comparison(landed, rerun)}")
+  return summary_of(run, out, budget, seconds)
 
 
 if __name__ == "__main__":

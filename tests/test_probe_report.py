@@ -175,6 +175,10 @@ def test_the_means_table_has_the_operator_probe_where_the_task_has_one():
   assert row[2].startswith("0.650 [") and row[5:8] == [
       "0.900 [0.900, 0.900]", "0.800 [0.800, 0.800]", "0.700 [0.700, 0.700]"]
   assert row[8:] == ["geometric 0.100", "0.050"]
+  rerun = {s: probed(s, False) for s in range(3)}
+  rerun[2]["probe_rerun"] = {"date": "2026-12-06"}
+  assert _row(probe_report.probe_table({("scratch", "rope"): rerun}), "rope (scratch)",
+              "3 (1 on a rerun)")
 
 
 def _across(kind, seed, top_by_eye, match_by_eye, close_accuracy):
