@@ -79,14 +79,14 @@ def with_rerun_probe(landed: dict, rerun: dict) -> dict:
     raise ValueError(f"{name}: the landed summary has probes of its own")
   if not rerun.get("probe"):
     raise ValueError(f"{name}: the rerun has no probes (its task runs none)")
-  if (rerun.get("task"), rerun.get("kind"), rerun.get("seed")) != (
-      landed.get("task"), landed.get("kind"), landed.get("seed")):
+  identity = ("task", "arm", "kind", "seed")
+  if tuple(rerun.get(k) for k in identity) != tuple(landed.get(k) for k in identity):
     raise ValueError(f"{name}: the rerun is of another run ({rerun.get('task')}/"
-                     f"{rerun.get('kind')}/seed{rerun.get('seed')})")
+                     f"{rerun.get('arm')}/{rerun.get('kind')}/seed{rerun.get('seed')})")
   splits = {}
   for split, now in rerun["splits"].items():
-    if split in landed["splits"]:
-      metric = "close_accuracy" if "close_accuracy" in now else "accuracy"
+    metric = "close_accuracy" if "close_accuracy" in now else "accuracy"
+    if metric in landed["splits"].get(split, {}):  # splits both runs scored that way
       splits[split] = {"metric": metric, "landed": landed["splits"][split][metric],
                        "rerun": now[metric]}
   return {**landed, "probe": rerun["probe"],

@@ -56,9 +56,11 @@ def _summary(probe=None, **splits):
 
 def test_a_reruns_probe_is_attached_with_where_it_came_from():
   landed = _summary(valid={"accuracy": 0.99, "ci95": [0.98, 1.0]},
-                    test_depth={"accuracy": 0.9, "close_accuracy": 0.8})
+                    test_depth={"accuracy": 0.9, "close_accuracy": 0.8},
+                    k8_m5={"accuracy": 0.7})  # landed before the closing-bracket metric
   again = _summary({"depth": [0.5]}, valid={"accuracy": 0.98, "ci95": [0.97, 0.99]},
-                   test_depth={"accuracy": 0.91, "close_accuracy": 0.85}, new_split={"accuracy": 1})
+                   test_depth={"accuracy": 0.91, "close_accuracy": 0.85}, new_split={"accuracy": 1},
+                   k8_m5={"accuracy": 0.72, "close_accuracy": 0.6})
   attached = rerun.with_rerun_probe(landed, again)
   assert attached["probe"] == {"depth": [0.5]} and "probe" not in landed  # a copy
   assert attached["splits"] is landed["splits"]  # the landed accuracy stays the verdict's
@@ -75,8 +77,10 @@ def test_a_probe_is_not_attached_over_one_or_from_another_run():
     rerun.with_rerun_probe(probed, probed)
   with pytest.raises(ValueError, match="the rerun has no probes"):
     rerun.with_rerun_probe(unprobed, unprobed)
-  with pytest.raises(ValueError, match=r"the rerun is of another run \(dyck/rope/seed3\)"):
+  with pytest.raises(ValueError, match=r"the rerun is of another run \(dyck/scratch/rope/seed3\)"):
     rerun.with_rerun_probe(unprobed, dict(probed, seed=3))
+  with pytest.raises(ValueError, match=r"another run \(dyck/surgery/rope/seed2\)"):
+    rerun.with_rerun_probe(unprobed, dict(probed, arm="surgery"))
 
 
 def test_attach_probe_reads_a_summarized_rerun_and_rewrites_only_the_landed_summary(tmp_path):
