@@ -109,7 +109,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling mo
 from extrapolation_presets import PRESETS  # pylint: disable=g-import-not-at-top,wrong-import-position
 from extrapolation_runs import (  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
     REPO, PopulationRun, Preset, Run, TaskSpec, checkpoint_results_path, published_data,
-    published_file, write_atomically)
+    published_file)
+from bifocal_jax.atomic_files import write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
 from run_summary import (  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
     TOOK, calibration_record, logged_seconds, read_json, summary_of, summary_path, trained,
     trained_fraction)

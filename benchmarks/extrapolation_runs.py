@@ -13,7 +13,6 @@ import functools
 import itertools
 import os
 import sys
-import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -21,6 +20,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # bifocal_jax, from a checkout
 from bifocal_jax import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.atomic_files import write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax.tasks.external import published as published_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 LEARNED = 0.9  # valid token accuracy at which a task counts as learned in distribution
@@ -491,9 +491,3 @@ def published_file(out: str, file_name: str, max_lines: int | None) -> str:
     write_atomically(path, "".join(lines[i] for i in keep))
   return path
 
-
-def write_atomically(path: str, text: str) -> None:
-  tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # runs may share it (--jobs)
-  with open(tmp, "w") as f:
-    f.write(text)
-  os.replace(tmp, path)

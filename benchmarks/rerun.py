@@ -33,7 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import extrapolation  # pylint: disable=g-import-not-at-top,wrong-import-position
 import report_tables  # pylint: disable=g-import-not-at-top,wrong-import-position
 from extrapolation_presets import PRESETS  # pylint: disable=g-import-not-at-top,wrong-import-position
-from extrapolation_runs import Run, write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
+from extrapolation_runs import Run  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.atomic_files import write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
 from run_summary import logged_seconds, summary_of, summary_path  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # `--preset`, `--out` and `--results` are extrapolation.py's flags (imported with it).

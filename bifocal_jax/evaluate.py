@@ -68,6 +68,7 @@ import ml_collections
 import numpy as np
 
 from bifocal_jax import analysis
+from bifocal_jax import atomic_files
 from bifocal_jax import checkpoint as checkpoint_lib
 from bifocal_jax import config as config_lib
 from bifocal_jax import budget_batches
@@ -642,7 +643,7 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
     log(probe_lib.format_report(results["probe"]))
 
   os.makedirs(os.path.dirname(out), exist_ok=True)
-  workdir_lib.write_json_atomically(out, results, indent=1, sort_keys=False, allow_nan=False)
+  atomic_files.write_json_atomically(out, results, indent=1, sort_keys=False, allow_nan=False)
   log(eval_report.format_results(results))
   log(f"wrote {out}")
   return results

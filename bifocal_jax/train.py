@@ -39,6 +39,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from bifocal_jax import atomic_files
 from bifocal_jax import checkpoint as checkpoint_lib
 from bifocal_jax import config as config_lib
 from bifocal_jax import evaluate
@@ -379,7 +380,7 @@ class _MemberLogs:
     for member in pop.members:
       directory = population.member_dir(workdir, member.index)
       os.makedirs(directory, exist_ok=True)
-      workdir_lib.write_json_atomically(
+      atomic_files.write_json_atomically(
           os.path.join(directory, workdir_lib.CONFIG_FILE),
           workdir_lib.config_to_json(population.member_config(self.config, member)))
       workdir_lib.truncate_metrics(directory, start)

@@ -1,4 +1,4 @@
-"""Workdir bookkeeping: which run a directory holds, and files written safely.
+"""Workdir bookkeeping: which run a directory holds.
 
 A workdir's `config.json` names its experiment. Re-running with the same
 config resumes; a different one is refused with the differing keys listed,
@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 
 import jax
 import ml_collections
 
 from bifocal_jax import config as config_lib
+from bifocal_jax import atomic_files
 from bifocal_jax import sharding as sharding_lib
 
 CONFIG_FILE = "config.json"
@@ -30,22 +30,6 @@ RUN_OUTPUTS = ("checkpoints", "damaged_checkpoints", METRICS_FILE, "tensorboard"
 
 class WorkdirConflictError(ValueError):
   pass
-
-
-def write_atomically(path: str, text: str) -> None:
-  """Writes `text` to `path` through a temporary file in the same directory.
-
-  The temporary name is unique to the process and thread, so that writers
-  sharing a file never interleave their halves.
-  """
-  tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-  with open(tmp, "w") as f:
-    f.write(text)
-  os.replace(tmp, path)
-
-
-def write_json_atomically(path: str, value, **dump_kwargs) -> None:
-  write_atomically(path, json.dumps(value, **({"indent": 2, "sort_keys": True} | dump_kwargs)))
 
 
 def config_to_json(config: ml_collections.ConfigDict) -> dict:
@@ -116,7 +100,7 @@ def claim(workdir: str, config, *, overwrite: bool) -> None:
   check_config(workdir, config, overwrite=overwrite)
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
-    write_json_atomically(os.path.join(workdir, CONFIG_FILE), config_to_json(config))
+    atomic_files.write_json_atomically(os.path.join(workdir, CONFIG_FILE), config_to_json(config))
   sharding_lib.barrier("workdir ready")
 
 
@@ -144,4 +128,4 @@ def truncate_metrics(workdir: str, last_step: int) -> None:
     except (json.JSONDecodeError, KeyError):
       continue  # a line cut by a crash
   if len(kept) != len(lines):
-    write_atomically(path, "".join(kept))
+    atomic_files.write_atomically(path, "".join(kept))
