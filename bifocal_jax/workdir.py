@@ -17,8 +17,8 @@ import shutil
 import jax
 import ml_collections
 
-from bifocal_jax import config as config_lib
 from bifocal_jax import atomic_files
+from bifocal_jax import config as config_lib
 from bifocal_jax import sharding as sharding_lib
 
 CONFIG_FILE = "config.json"
