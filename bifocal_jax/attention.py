@@ -3,8 +3,11 @@
 Kinds (see `POSITION_KINDS`):
   nope             no positional signal (causal masking only).
   rope             geometric RoPE on every channel pair.
-  partial_rope     geometric RoPE on a fraction of each head (Gemma's
-                   `rope_proportion`), the rest position-free.
+  partial_rope     geometric RoPE on the first channels of each head, with the
+                   spectrum of their width (GPT-NeoX's `rotary_pct`), the rest
+                   position-free.
+  p_rope           the whole head's geometric spectrum on its first pairs, the
+                   slowest pairs position-free (Gemma's `rope_proportion`).
   randomized_rope  geometric RoPE over randomized positions (Ruoss et al.
                    2023): the model draws the positions (see `model.py`).
   alibi            linear distance biases (Press et al. 2022; in the encoder with
@@ -56,7 +59,7 @@ def default_position_config() -> ml_collections.ConfigDict:
           kind="bifocal",
           base=10_000.0,  # geometric spectrum base (theta)
           layout="half",  # "half" (Llama) or "interleaved" (GPT-J)
-          rotary_fraction=0.5,  # partial_rope: fraction of each head rotated
+          rotary_fraction=0.5,  # partial_rope, p_rope: fraction of each head rotated
           max_position=8192,  # randomized_rope: positions drawn from [0, max_position)
           randomize_eval=True,  # randomized_rope: also randomize at evaluation (as Ruoss et al.)
           # randomized kinds: a draw per attention layer (True) or one for all

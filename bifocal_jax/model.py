@@ -187,15 +187,15 @@ class Transformer(nnx.Module):
   def positions(self, shape: tuple[int, int], rng: jax.Array | None, train: bool, *,
                 lengths_B: jax.Array | None = None) -> jax.Array:
     """`0 .. L-1`, or the randomized positions of a randomized kind when a key
-    is given: per sequence (`randomized_rope`) or one draw shared by the batch
-    (`randomized_sin_cos`, `randomized_learnt`, as their source draws them).
+    is given: one sorted draw shared by the batch, as the source draws them
+    (`randomized_rope`, `randomized_sin_cos`, `randomized_learnt`).
     `lengths_B`: each sequence's real tokens (default `L`): a padded sequence
     gets the draw its unpadded length would (`rope.randomized_positions`)."""
     if self._randomizes(train) and self.randomize != positions_lib.base.DISTANCES:
       if rng is None:
         raise ValueError(f"position.kind={self.position_kind!r} needs an rng to draw positions")
       return rope_lib.randomized_positions(rng, shape, self.max_position, lengths=lengths_B,
-                                           shared=self.randomize == positions_lib.base.PER_BATCH)
+                                           shared=True)
     return jnp.broadcast_to(jnp.arange(shape[1], dtype=jnp.int32), shape)
 
   def distances(self, length: int, rng: jax.Array | None, train: bool, *,

@@ -44,6 +44,33 @@ def geometric_frequencies(rotary_dim: int, base: float = 10_000.0) -> jax.Array:
   return jnp.asarray(base**(-2.0 * i / rotary_dim), dtype=jnp.float32)
 
 
+def proportional_frequencies(head_dim: int, rope_proportion: float,
+                             base: float = 10_000.0) -> jax.Array:
+  """Gemma's p-RoPE spectrum (`rope_proportion`), `[head_dim // 2]` float32.
+
+  The first `int(rope_proportion * head_dim // 2)` pairs keep the full
+  head's geometric frequencies `base ** (-2i / head_dim)`; the remaining,
+  lowest-frequency pairs get frequency 0 (angle 0: position-free), as gemma's
+  `apply_rope` pads its timescales with infinity. Contrast GPT-NeoX's
+  `rotary_pct` (`GeometricRoPE(rotary_fraction=...)`), which recomputes the
+  spectrum over the rotated channels alone.
+  """
+  if not 0.0 < rope_proportion <= 1.0:
+    raise ValueError(f"rope_proportion must be in (0, 1], got {rope_proportion!r}")
+  rotated = proportional_pairs(head_dim, rope_proportion)
+  full = geometric_frequencies(head_dim, base)
+  return jnp.concatenate([full[:rotated], jnp.zeros((head_dim // 2 - rotated,), jnp.float32)])
+
+
+def proportional_pairs(head_dim: int, rope_proportion: float) -> int:
+  """How many pairs p-RoPE rotates: gemma's `int(rope_proportion * head_dim // 2)`."""
+  rotated = int(rope_proportion * head_dim // 2)
+  if rotated < 1:
+    raise ValueError(f"rope_proportion={rope_proportion} rotates no channel pair of "
+                     f"head_dim={head_dim}")
+  return rotated
+
+
 def rotary_cos_sin(positions: jax.Array, frequencies: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Cosines and sines of `positions * frequencies`, in float32.
 
@@ -225,6 +252,7 @@ class SpectralFrequency(nnx.Param):
 
 
 def _check_rotary_dim(embedding_size: int, rotary_fraction: float = 1.0) -> int:
+  """The rotated width `2 * round(embedding_size * rotary_fraction) // 2`, or a ValueError."""
   if not isinstance(embedding_size, (int, np.integer)) or embedding_size <= 0 or embedding_size % 2:
     raise ValueError(
         f"embedding_size (head_dim) must be a positive even integer, got {embedding_size!r}")
@@ -270,19 +298,50 @@ class _RopeBase(nnx.Module):
     return out[..., 0, :]
 
 
+def _partial_dims(embedding_size, rotary_fraction: float,
+                  rope_proportion: float | None) -> tuple[int, int | None]:
+  """`(rotary_dim, rotated pairs of p-RoPE or None)` of a rotary module.
+
+  The two partial-rotary conventions: `rotary_fraction` (GPT-NeoX's
+  `rotary_pct`) rotates the first `rotary_dim` channels with the spectrum of
+  `rotary_dim`; `rope_proportion` (Gemma's p-RoPE) keeps the whole head's
+  spectrum on its first pairs and gives the rest frequency 0.
+  """
+  if rope_proportion is None:
+    return _check_rotary_dim(embedding_size, rotary_fraction), None
+  if rotary_fraction != 1.0:
+    raise ValueError("rotary_fraction (GPT-NeoX's rotary_pct) and rope_proportion (Gemma's "
+                     "p-RoPE) are two conventions: pass one of them")
+  rotary_dim = _check_rotary_dim(embedding_size)
+  if not 0.0 < rope_proportion <= 1.0:
+    raise ValueError(f"rope_proportion must be in (0, 1], got {rope_proportion!r}")
+  return rotary_dim, proportional_pairs(rotary_dim, rope_proportion)
+
+
 class GeometricRoPE(_RopeBase):
-  """Fixed RoPE (the geometric eyes). Same call convention as `flax.nnx.RoPE`."""
+  """Fixed RoPE (the geometric eyes). Same call convention as `flax.nnx.RoPE`.
+
+  `rotary_fraction < 1`: GPT-NeoX's `rotary_pct` (the first channels rotate,
+  with the spectrum of their own width); `rope_proportion`: Gemma's p-RoPE
+  (`proportional_frequencies`). `frequencies()` is `[rotary_dim // 2]`, with
+  p-RoPE's position-free pairs at 0.
+  """
 
   def __init__(self, theta: float = 10_000.0, embedding_size: int | None = None, *,
-               rotary_fraction: float = 1.0, layout: Layout = "half"):
+               rotary_fraction: float = 1.0, rope_proportion: float | None = None,
+               layout: Layout = "half"):
     if embedding_size is None:
       raise ValueError("GeometricRoPE needs embedding_size (the head dimension)")
     self.theta = float(theta)
     self.embedding_size = int(embedding_size)
-    self.rotary_dim = _check_rotary_dim(embedding_size, rotary_fraction)
+    self.rotary_dim, self.rotated_pairs = _partial_dims(embedding_size, rotary_fraction,
+                                                        rope_proportion)
+    self.rope_proportion = rope_proportion
     self.layout = layout
 
   def frequencies(self) -> jax.Array:
+    if self.rope_proportion is not None:
+      return proportional_frequencies(self.rotary_dim, self.rope_proportion, self.theta)
     return geometric_frequencies(self.rotary_dim, self.theta)
 
 
@@ -294,11 +353,14 @@ class SpectralRoPE(_RopeBase):
   (batched `[batch, seq]` positions are handled per sequence), so it serves as
   the `rope=` of `nnx.dot_product_attention_with_rope`. `num_heads` gives every
   head its own spectrum (`frequencies()` is then `[heads, pairs]` and the call
-  expects `x: [..., seq, heads, head_dim]`).
+  expects `x: [..., seq, heads, head_dim]`). `rotary_fraction` and
+  `rope_proportion` are `GeometricRoPE`'s; under p-RoPE only the rotated
+  pairs are trainable and the position-free ones stay at 0.
   """
 
   def __init__(self, theta: float = 10_000.0, embedding_size: int | None = None, *,
-               num_heads: int | None = None, rotary_fraction: float = 1.0, layout: Layout = "half",
+               num_heads: int | None = None, rotary_fraction: float = 1.0,
+               rope_proportion: float | None = None, layout: Layout = "half",
                init_frequencies: jax.Array | None = None):
     if embedding_size is None:
       raise ValueError("SpectralRoPE needs embedding_size (the head dimension)")
@@ -306,12 +368,14 @@ class SpectralRoPE(_RopeBase):
       raise ValueError(f"num_heads must be >= 1, got {num_heads!r}")
     self.theta = float(theta)
     self.embedding_size = int(embedding_size)
-    self.rotary_dim = _check_rotary_dim(embedding_size, rotary_fraction)
+    self.rotary_dim, self.rotated_pairs = _partial_dims(embedding_size, rotary_fraction,
+                                                        rope_proportion)
+    self.rope_proportion = rope_proportion
     self.layout = layout
     self.num_heads = num_heads
-    pairs = self.rotary_dim // 2
+    pairs = self.rotary_dim // 2 if self.rotated_pairs is None else self.rotated_pairs
     if init_frequencies is None:
-      init_frequencies = geometric_frequencies(self.rotary_dim, self.theta)
+      init_frequencies = geometric_frequencies(self.rotary_dim, self.theta)[:pairs]
     init_frequencies = jnp.asarray(init_frequencies, jnp.float32)
     shape = (pairs,) if num_heads is None else (num_heads, pairs)
     if init_frequencies.shape not in ((pairs,), shape) or _any_nonpositive(init_frequencies):
@@ -321,7 +385,12 @@ class SpectralRoPE(_RopeBase):
 
   def frequencies(self) -> jax.Array:
     """Current angular frequencies, `[pairs]` or `[heads, pairs]`, float32."""
-    return jnp.exp(self.log_frequency[...])
+    frequencies = jnp.exp(self.log_frequency[...])
+    if self.rotated_pairs is None:
+      return frequencies
+    unrotated = self.rotary_dim // 2 - self.rotated_pairs
+    pad = [(0, 0)] * (frequencies.ndim - 1) + [(0, unrotated)]
+    return jnp.pad(frequencies, pad)
 
   def __call__(self, x: jax.Array, input_positions: jax.Array | None = None) -> jax.Array:
     if self.num_heads is None:

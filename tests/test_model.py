@@ -145,15 +145,19 @@ def test_valid_outputs_ignore_padded_tokens(kind, position_config):
 
 
 def test_randomized_rope_draws_positions_from_the_rng(position_config):
-  model = make_model(position_config("randomized_rope"))
+  """One sorted draw for the batch, anew in every layer (the source's
+  `hk.next_rng_key()` in each layer's `apply_rotary_encoding`)."""
+  model = make_model(position_config("randomized_rope"), num_layers=2)
   tokens, _ = tokens_and_positions("randomized_rope")
   draw = nnx.jit(lambda model, tokens, rng: (
-      model.positions(tokens.shape, rng, train=True), model(tokens, rng=rng, train=True)))
+      model.draw(tokens, None, rng, train=True)[0], model(tokens, rng=rng, train=True)))
   positions, drawn_logits = draw(model, tokens, jax.random.key(7))
+  assert positions.shape == (2, BATCH, SEQ)
   assert np.all(np.diff(np.asarray(positions), axis=-1) > 0)
   assert 0 <= int(positions.min()) and int(positions.max()) < model.max_position
-  valid = jnp.ones((BATCH, SEQ), bool)
-  np.testing.assert_allclose(drawn_logits, logits(model, tokens, valid, positions), atol=1e-5)
+  np.testing.assert_array_equal(positions[:, 0], positions[:, 1])  # shared by the batch
+  assert not np.array_equal(positions[0], positions[1])  # each layer its own
+  np.testing.assert_allclose(drawn_logits, model(tokens, positions_BxL=positions), atol=1e-5)
   assert np.max(np.abs(draw(model, tokens, jax.random.key(8))[1] - drawn_logits)) > 1e-4
   with pytest.raises(ValueError, match="rng"):
     model(tokens, train=True)
@@ -197,7 +201,7 @@ def test_padding_changes_no_real_tokens_randomized_draw(position_config, kind, c
   assert np.max(np.abs(run(model, real, valid, jax.random.key(4)) - unpadded)) > 1e-4
 
 
-@pytest.mark.parametrize("kind,per_layer", [("randomized_alibi", None), ("randomized_rope", True)])
+@pytest.mark.parametrize("kind,per_layer", [("randomized_alibi", None), ("randomized_rope", None)])
 def test_a_draw_per_layer(position_config, kind, per_layer):
   """`position.draw_per_layer` (default: the source's way; randomized ALiBi's
   attention module draws anew in every layer): layer i draws with the i-th of
@@ -235,7 +239,7 @@ def test_a_draw_per_layer_needs_a_kind_that_draws_in_the_layers(position_config,
                           vocab_size=VOCAB, causal=True, rngs=nnx.Rngs(0))
   defaults = {k: positions_lib.get(k).draws_per_layer(position_config(k))
               for k in ("randomized_rope", "randomized_alibi", "randomized_relative", "rope")}
-  assert defaults == dict(randomized_rope=False, randomized_alibi=True, randomized_relative=True,
+  assert defaults == dict(randomized_rope=True, randomized_alibi=True, randomized_relative=True,
                           rope=False)
 
 

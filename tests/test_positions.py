@@ -27,7 +27,7 @@ def test_the_registry_has_the_kinds_and_the_one_list():
   issue = ("nope", "rope", "partial_rope", "randomized_rope", "alibi", "spectral", "bifocal",
            "sin_cos", "learnt", "relative", "randomized_sin_cos", "randomized_learnt",
            "randomized_relative", "randomized_alibi", "t5", "kerple_log", "kerple_power", "fire",
-           "cope", "fox", "stickbreaking", "path", "fope")
+           "cope", "fox", "stickbreaking", "path", "fope", "p_rope")
   assert set(issue) <= set(KINDS)
   assert attention.POSITION_KINDS == KINDS
   for kind in KINDS:

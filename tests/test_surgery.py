@@ -237,3 +237,20 @@ def test_rotary_attention_positions_are_relative():
   np.testing.assert_allclose(attend(q, k, v, input_positions=jnp.arange(SEQ) + 11), out,
                              atol=1e-5)
   assert not np.allclose(attend(q, k, v, input_positions=2 * jnp.arange(SEQ)), out, atol=1e-3)
+
+
+def test_p_rope_keeps_its_position_free_pairs_through_surgery():
+  """A p-RoPE layer (Gemma's `rope_proportion`) becomes a spectral one with
+  the same function: its rotated pairs trainable, the slowest still at 0."""
+  layer = attention.Attention(FEATURES, HEADS, HEAD_DIM, _position_config("p_rope"), causal=False,
+                              rngs=nnx.Rngs(0))
+  x = _x()
+  before = layer(x, jnp.arange(SEQ)[None])
+  with pytest.raises(ValueError, match="p-RoPE module at .*split='heads' is not available"):
+    surgery.spectralize(layer, split="heads")
+  assert not isinstance(layer.rope, SpectralRoPE)  # nothing half-done
+  assert surgery.spectralize(layer, per_head=True) == 1
+  np.testing.assert_allclose(layer(x, jnp.arange(SEQ)[None]), before, atol=1e-5, rtol=1e-5)
+  rotated = HEAD_DIM // 4  # the default fraction, 0.5, of the pairs
+  assert layer.rope.log_frequency.shape == (HEADS, rotated)
+  np.testing.assert_array_equal(layer.rope.frequencies()[:, rotated:], 0.0)

@@ -38,10 +38,9 @@ INTERFACES = (NONE, ABSOLUTE, ROTARY, BIAS, ATTENTION, MIXED)
 
 # How the model makes the positions of a call (`model.Transformer.position_inputs`).
 IN_ORDER = "in_order"  # 0 .. L-1, shared by the batch
-PER_SEQUENCE = "per_sequence"  # sorted draws from [0, max_position), one per sequence
 PER_BATCH = "per_batch"  # sorted draws from [0, max_position), one per batch
 DISTANCES = "distances"  # in-order positions, and sorted random distances [0, r_1 < .. < r_{L-1}]
-RANDOMIZATIONS = (IN_ORDER, PER_SEQUENCE, PER_BATCH, DISTANCES)
+RANDOMIZATIONS = (IN_ORDER, PER_BATCH, DISTANCES)
 
 # q_BxHxQxK, k_BxHxSxK, q_positions_BxQ, k_positions_BxS -> bias broadcastable to [B, H, Q, S].
 # A BiasFn may carry `causal_diagonal`, a cheaper function of the same
@@ -98,7 +97,7 @@ class Scheme:
       return self.layer_draws
     if not isinstance(value, bool):
       raise ValueError(f"position.draw_per_layer={value!r}: must be True, False or None")
-    if value and self.randomize not in (PER_SEQUENCE, DISTANCES):
+    if value and (not self.randomized or self.interface == ABSOLUTE):
       why = ("draws no positions" if not self.randomized else
              "draws its positions once, for the embedding added at the input")
       raise ValueError(f"position.draw_per_layer=True: position.kind={self.name!r} {why}")

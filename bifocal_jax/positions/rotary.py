@@ -1,5 +1,14 @@
-"""Rotary schemes (the project's own family): `rope`, `partial_rope`,
-`randomized_rope`, `spectral`, `bifocal`, and `nope` (no positions).
+"""Rotary schemes: `rope`, the two partial-rotary conventions `partial_rope`
+(GPT-NeoX's `rotary_pct`) and `p_rope` (Gemma's `rope_proportion`),
+`randomized_rope`, the project's `spectral` and `bifocal`, and `nope` (no
+positions).
+
+At head dimension 16 and `position.rotary_fraction=0.5` the two partial
+conventions rotate the same 4 pairs at different speeds: `partial_rope` with
+the spectrum of the 8 rotated channels (slowest pair 10000^(-6/8), 0.001
+rad/token), `p_rope` with the first 4 of the whole head's 8 frequencies
+(slowest 10000^(-6/16), 0.032 rad/token), the 4 slowest dropped (p-RoPE,
+Barbero et al. 2024).
 
 The maths and the modules live in `bifocal_jax/rope.py`; here each kind
 picks its module, held at `block.attn.rope` (surgery swaps it there).
@@ -52,6 +61,12 @@ def _partial(position, *, num_heads, head_dim):
                                 rotary_fraction=position.rotary_fraction)
 
 
+def _proportional(position, *, num_heads, head_dim):
+  del num_heads
+  return rope_lib.GeometricRoPE(**_common(position, head_dim),
+                                rope_proportion=position.rotary_fraction)
+
+
 def _spectral(position, *, num_heads, head_dim):
   return rope_lib.SpectralRoPE(**_common(position, head_dim), num_heads=num_heads)
 
@@ -66,11 +81,19 @@ def _bifocal(position, *, num_heads, head_dim):
 SCHEMES = (
     base.Scheme("nope", base.NONE, "no positional signal (causal masking only)"),
     base.Scheme("rope", base.ROTARY, "Su et al. 2021, geometric spectrum", rope=_geometric),
-    base.Scheme("partial_rope", base.ROTARY,
-                "RoPE on a fraction of each head (Gemma's rope_proportion)", rope=_partial),
-    base.Scheme("randomized_rope", base.ROTARY,
-                "Ruoss et al. 2023: RoPE at sorted random positions, drawn per sequence",
-                rope=_geometric, randomize=base.PER_SEQUENCE),
+    base.Scheme(
+        "partial_rope", base.ROTARY,
+        "GPT-NeoX's rotary_pct: RoPE on the first channels of each head, with their "
+        "own spectrum", rope=_partial),
+    base.Scheme(
+        "p_rope", base.ROTARY,
+        "Gemma's rope_proportion (p-RoPE, Barbero et al. 2024): the head's spectrum on "
+        "the first pairs, the slowest pairs position-free", rope=_proportional),
+    base.Scheme(
+        "randomized_rope", base.ROTARY,
+        "Ruoss et al. 2023 (NOISY_ROTARY): RoPE at sorted random positions, one draw "
+        "per batch, anew in every layer", rope=_geometric, randomize=base.PER_BATCH,
+        layer_draws=True),
     base.Scheme("spectral", base.ROTARY, "ours: every head's spectrum trainable", rope=_spectral),
     base.Scheme("bifocal", base.ROTARY, "ours: geometric and spectral eyes (arXiv 2601.22402)",
                 rope=_bifocal),

@@ -136,6 +136,12 @@ def _spectral_rope(rope, *, where: str, embedding_size: int | None, num_heads: i
   spectrum = dict(theta=rope.theta, embedding_size=size,
                   rotary_fraction=getattr(rope, "rotary_dim", size) / size,
                   layout=getattr(rope, "layout", "half"))
+  rope_proportion = getattr(rope, "rope_proportion", None)
+  if rope_proportion is not None:
+    if split is not None:
+      raise ValueError(f"the p-RoPE module at {where} (rope_proportion={rope_proportion}): "
+                       f"split={split!r} is not available for it; convert it with per_head")
+    spectrum["rope_proportion"] = rope_proportion
   if split is not None:
     return BifocalRoPE(**spectrum, num_heads=num_heads, split=split, spectral_heads=spectral_heads,
                        spectral_pairs=spectral_pairs)
