@@ -53,7 +53,13 @@ def _chosen(preset):
   return {t.name: t.chosen_kinds for t in preset.tasks}
 
 
-def test_choices_by_the_fixed_rules_once_the_roster_is_complete(tmp_path):
+@pytest.fixture
+def by_the_rule(monkeypatch):
+  """The rules applied to the results, as before any choice was made."""
+  monkeypatch.setattr(roster_choices, "MADE", {})
+
+
+def test_choices_by_the_fixed_rules_once_the_roster_is_complete(tmp_path, by_the_rule):
   extended = PRESET.resolved(_results(tmp_path))
   mixed = ("rope+alibi", "spectral+alibi", "rope+t5")
   assert _chosen(extended) == {"dyck": mixed, "listops_depth": mixed,
@@ -64,7 +70,7 @@ def test_choices_by_the_fixed_rules_once_the_roster_is_complete(tmp_path):
   assert extended.resolved(_results(tmp_path)) == extended  # applied twice: the same
 
 
-def test_no_choice_before_the_cells_it_reads_are_complete(tmp_path):
+def test_no_choice_before_the_cells_it_reads_are_complete(tmp_path, by_the_rule):
   # One listops seed short: the five best (Dyck alone) are chosen, the pairings not.
   extended = PRESET.resolved(_results(tmp_path / "a", skip={("listops_depth", "fire", 1)}))
   assert _chosen(extended)["dyck"] == () and _chosen(extended)["listops_depth"] == ()
@@ -84,22 +90,29 @@ def test_mixed_pairings_need_two_candidates():
     roster_choices.mixed_pairings(table)
 
 
-def test_the_converged_preset_takes_what_its_committed_results_allow():
+def test_choices_once_made_stay_whatever_the_results_become(tmp_path):
+  """A roster kind rerun (its cells short again) or another kind's results
+  change nothing: the preset's chosen runs are the ones registered."""
+  made = {name: roster_choices.MADE[name] for name in ("dyck", "listops_depth", "dyck_5layer")}
+  for skip in ((), {("dyck", "learnt", 0)}, {("listops_depth", "fire", 1)}):
+    extended = PRESET.resolved(_results(tmp_path / str(len(skip)), skip=skip))
+    assert _chosen(extended) == made
+
+
+def test_the_converged_preset_takes_the_choices_made():
   import extrapolation_presets  # pylint: disable=g-import-not-at-top
-  import extrapolation_report  # pylint: disable=g-import-not-at-top
   preset = extrapolation_presets.PRESETS["converged"]
   assert preset.extend is roster_choices.extend
-  table = extrapolation_report.cells(extrapolation_report.load_summaries(roster_choices.RESULTS))
   resolved = preset.resolved(roster_choices.RESULTS)
-  if roster_choices.missing(preset, table, ("dyck",)):  # the roster has not landed
-    assert resolved == preset
-  else:
-    assert _chosen(resolved)["dyck_5layer"] == roster_choices.five_best(table)
+  assert _chosen(resolved)["dyck_5layer"] == roster_choices.MADE["dyck_5layer"]
+  assert _chosen(resolved)["dyck"] == roster_choices.MADE["dyck"]
 
 
-def test_the_command_prints_each_choice_or_what_it_waits_for(capsys):
+def test_the_command_prints_each_choice_and_the_rules_answer_today(capsys):
   assert roster_choices.main() == 0
   lines = capsys.readouterr().out.splitlines()
-  assert [line.split(":")[0] for line in lines] == ["five best on the 5-layer model",
-                                                    "mixed pairings"]
+  assert [line.split(":")[0] for line in lines] == [
+      "five best on the 5-layer model, as made",
+      "five best on the 5-layer model, by the rule on today's roster",
+      "mixed pairings, as made", "mixed pairings, by the rule on today's roster"]
   assert all("not yet;" in line or "+" in line or "," in line for line in lines), lines
