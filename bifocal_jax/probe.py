@@ -39,9 +39,13 @@ blocks (`trace`): the stream is the blocks' own outputs, and the weights are
 rotary module and its logit bias, as `attention.attend_heads` computes them.
 Kinds whose attention is data-dependent (interface `attention`: CoPE, FoX,
 stick-breaking, PaTH, FoPE) have no such formula; their weights are read off
-their own attention, which is linear in the values, by attending to one-hot
-values (`weights_from_basis_values`; stick-breaking's remainder lands on the
-query's own key, as its source puts it on the query's value). Tests check
+their own attention, as far as it is linear in the values (`values_part`), by
+attending to one-hot values (`weights_from_basis_values`). Stick-breaking's
+weights are its stick `A_ij`: in its model's form (`head_bias`) they sum to
+one less the remainder, which goes to no key (to `head_bias`, then the
+per-head norm, after the weights); in the kernel tests' form (`own_value`)
+the remainder lands on the query's own key, as that form puts it on the
+query's value. Tests check
 that the loop's logits and `weights @ values` reproduce the model's, for
 every interface (`none`, `absolute`, `rotary`, `bias`, `attention`, mixed).
 Randomized kinds are traced at the positions the evaluation draws (the
@@ -78,6 +82,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
 
 import jax
 import jax.numpy as jnp
@@ -239,8 +244,8 @@ def weights_from_basis_values(x_BxLxD, qkv_TxBxLxHxK, positions_BxL, valid_BxL, 
   attending to one-hot values: the output for values `e_j` (every key's value
   zero but key `j`'s, a one in column `j`) is each query's weight on key `j`.
   Exact for any attention linear in its values, whatever makes its weights
-  (CoPE's counts, FoX's forget gates, stick-breaking's remainder on the query's
-  own value, PaTH's reflections, FoPE's spectra); the values' width is the
+  (CoPE's counts, FoX's forget gates, stick-breaking's stick, PaTH's
+  reflections, FoPE's spectra: pass a module's `values_part`); the values' width is the
   head's, so `ceil(L / K)` calls, mapped, read `K` keys each."""
   _, batch, length, heads, width = qkv_TxBxLxHxK.shape
   starts = jnp.arange(0, length, width)
@@ -263,6 +268,15 @@ def weights_from_basis_values(x_BxLxD, qkv_TxBxLxHxK, positions_BxL, valid_BxL, 
   return jnp.swapaxes(w, 1, 2)
 
 
+def values_part(module):
+  """A data-dependent attention module (interface `attention`) as far as its
+  output is linear in the values: a stand-in whose `attend` is the module's
+  `attend_values` where it has one (stick-breaking's model form: its remainder
+  on `head_bias` and its per-head norm follow the weights), else the module."""
+  attend_values = getattr(module, "attend_values", None)
+  return module if attend_values is None else types.SimpleNamespace(attend=attend_values)
+
+
 def attention_weights(attn, x_BxLxD, positions_BxL, valid_BxL=None, *, shared=None,
                       distances_BxL=None):
   """`[B, H, L, L]` float32 attention weights of layer `attn` on its input
@@ -282,9 +296,9 @@ def attention_weights(attn, x_BxLxD, positions_BxL, valid_BxL=None, *, shared=No
     if interface == positions_lib.ATTENTION:
       weights.append(
           weights_from_basis_values(x_BxLxD, qkv_TxBxLxHxK[:, :, :, start:stop], positions_BxL,
-                                    valid_BxL, rope=rope, position=position, interface=interface,
-                                    shared=None, causal=attn.causal, query_chunk=attn.query_chunk,
-                                    distances_BxL=distances_BxL))
+                                    valid_BxL, rope=rope, position=values_part(position),
+                                    interface=interface, shared=None, causal=attn.causal,
+                                    query_chunk=attn.query_chunk, distances_BxL=distances_BxL))
       continue
     qk = qkv_TxBxLxHxK[:2, :, :, start:stop]
     if rope is not None:

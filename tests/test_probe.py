@@ -153,7 +153,7 @@ WEIGHT_KINDS = [("nope", {}), ("sin_cos", {}), ("rope", {}), ("alibi", {}), ("bi
                 ("spectral+alibi", {}), ("t5", {}), ("rope+t5", {}), ("kerple_log", {}), ("randomized_alibi", {}),
                 # data-dependent kinds: weights read off their own attention
                 ("cope", {}), ("fox", {}), ("stickbreaking", {}), ("path", {}), ("fope", {}),
-                ("rope+cope", {})]
+                ("stickbreaking", dict(stickbreaking_remainder="own_value")), ("rope+cope", {})]
 
 
 @pytest.mark.parametrize("kind,overrides", WEIGHT_KINDS)
@@ -173,15 +173,28 @@ def test_weights_times_values_reproduce_the_attention_output(position_config, ki
       if rope is not None:
         lf = rope.log_frequency[...]
         rope.log_frequency[...] = lf + jax.random.normal(jax.random.key(9), lf.shape)
+  # Stick-breaking's model form: its remainder (on head_bias) and per-head norm follow the
+  # weights (`finish`); trained-looking head_bias and norm.
+  finish = getattr(attn.position, "finish", None)
+  to_no_key = finish is not None and attn.position.remainder == "head_bias"
+  if to_no_key:
+    sb = attn.position
+    for seed, p in enumerate((sb.head_bias_HxK, sb.norm_scale_HxK, sb.norm_bias_HxK)):
+      p[...] = p[...] + jax.random.normal(jax.random.key(10 + seed), p.shape)
   w = probe.attention_weights(attn, h, positions, valid, shared=model.position,
                               distances_BxL=distances)
   assert w.shape == (2, 4, 20, 20)
-  np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+  if to_no_key:  # the remainder 1 - sum_j A_ij goes to no key
+    assert float(jnp.max(w.sum(-1))) <= 1 + 1e-5 and float(jnp.min(w.sum(-1))) < 0.99
+  else:
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
   assert float(jnp.min(w)) >= -1e-6
   assert float(jnp.abs(jnp.triu(w, 1)).max()) == 0.0  # causal
   assert float(jnp.abs(w[1, :, :15, 15:]).max()) == 0.0  # valid queries see no padded key
   v = jnp.einsum("bld,dhk->blhk", h, attn.qkv_DxTxHxK[...][:, 2])
   out = jnp.einsum("bhqs,bshk->bqhk", w, v)
+  if finish is not None:
+    out = finish(out, 1.0 - jnp.swapaxes(w.sum(-1), 1, 2))
   ours = jnp.einsum("blhk,hkd->bld", out, attn.out_HxKxD[...])
   theirs = attn(h, positions, valid, shared=model.position, distances_BxL=distances)
   np.testing.assert_allclose(ours[:, :, :], theirs, atol=2e-5, rtol=1e-5)
@@ -210,7 +223,8 @@ def test_data_dependent_weights_are_what_their_attention_does_to_any_values(posi
   for seed in (0, 1):
     v = jax.random.normal(jax.random.key(seed), qkv.shape[1:])
     theirs = attention_lib.attend_heads(h, qkv.at[2].set(v), positions, valid, rope=attn.rope,
-                                        position=attn.position, interface=attn.interface,
+                                        position=probe.values_part(attn.position),
+                                        interface=attn.interface,
                                         shared=None, causal=True, query_chunk=1024)
     np.testing.assert_allclose(jnp.einsum("bhqs,bshk->bqhk", w, v)[valid.astype(bool)],
                                theirs[valid.astype(bool)], atol=2e-5, rtol=1e-5)
