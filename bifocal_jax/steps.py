@@ -23,6 +23,7 @@ from flax import nnx
 from bifocal_jax import metrics as metrics_lib
 from bifocal_jax import optim
 from bifocal_jax import sharding as sharding_lib
+from bifocal_jax.positions import bounded
 from bifocal_jax.state import Setup
 
 # Codes for the quantity that went non-finite (recorded on device).
@@ -96,10 +97,11 @@ def update(s: Setup, state, batch, rng):
 
 def apply_gradients(s: Setup, state, grads, metrics: dict):
   """The optimizer update by `grads` (of the loss in `metrics`), unguarded:
-  `(params, opt_state, metrics with the gradient norms)`."""
+  `(params, opt_state, metrics with the gradient norms)`. Parameters with
+  bounds (`positions.bounded.BoundedParam`) are then projected onto them."""
   grad_norm, spectral_grad_norm = grad_norms(grads)
   updates, opt_state = s.tx.update(grads, state["opt_state"], state["params"])
-  params = optax.apply_updates(state["params"], updates)
+  params = bounded.project(optax.apply_updates(state["params"], updates))
   return params, opt_state, dict(metrics, grad_norm=grad_norm,
                                  spectral_grad_norm=spectral_grad_norm)
 

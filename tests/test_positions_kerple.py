@@ -9,6 +9,7 @@ import pytest
 from flax import nnx
 
 from bifocal_jax import model as model_lib
+from bifocal_jax.positions import bounded
 from bifocal_jax.positions import kerple
 
 L, H = 7, 3
@@ -56,3 +57,60 @@ def test_initialisation_and_sharing(position_config):
   with pytest.raises(ValueError, match="kerple_log.*bidirectional encoder"):
     model_lib.Transformer(cfg, position_config("kerple_log"), vocab_size=8, causal=False,
                           rngs=nnx.Rngs(0))
+
+
+def test_the_initial_draw_is_clipped_into_the_bounds():
+  """Their first forward pass clamps `torch.rand`'s draw in place; ours is
+  clipped at construction: the same draw, the values below 0.01 at 0.01."""
+  num_heads = 512  # seed 0 draws 2 of the p's and 8 of the a's below 0.01
+  rngs = nnx.Rngs(0)
+  p_draw = np.asarray(jax.random.uniform(rngs.params(), (num_heads,)) * 2.0)
+  a_draw = np.asarray(jax.random.uniform(rngs.params(), (num_heads,)))
+  eps = np.float32(kerple.EPS)
+  assert (p_draw < eps).any() and (a_draw < eps).any()
+  for kernel, p_upper in (("log", None), ("power", 2.0)):
+    module = kerple.KerpleBias(num_heads, kernel=kernel, rngs=nnx.Rngs(0))
+    for variable, draw, upper in ((module.bias_p, p_draw, p_upper), (module.bias_a, a_draw, None)):
+      assert isinstance(variable, bounded.BoundedParam) and isinstance(variable, nnx.Param)
+      assert (variable.lower, variable.upper) == (kerple.EPS, upper)
+      np.testing.assert_array_equal(np.asarray(variable[...]), np.maximum(draw, eps))
+
+
+def test_project_clips_the_bounded_params_and_nothing_else():
+  module = kerple.KerpleBias(3, kernel="power", rngs=nnx.Rngs(0))
+  module.other = nnx.Param(jnp.asarray([-5.0, 0.5, 5.0]))  # no bounds
+  _, params = nnx.split(module, nnx.Param)
+  params["bias_p"][...] = jnp.asarray([-1.0, 0.5, 3.0])  # past both bounds, and inside
+  params["bias_a"][...] = jnp.asarray([-1.0, 0.5, 30.0])  # a has no upper bound
+  out = bounded.project(params)
+  np.testing.assert_array_equal(np.asarray(out["bias_p"][...]), np.float32([kerple.EPS, 0.5, 2.0]))
+  np.testing.assert_array_equal(np.asarray(out["bias_a"][...]), np.float32([kerple.EPS, 0.5, 30.0]))
+  assert type(out["bias_p"]) is bounded.BoundedParam and out["bias_p"].upper == 2.0
+  assert out["other"] is params["other"]
+  np.testing.assert_array_equal(np.asarray(out["other"][...]), [-5.0, 0.5, 5.0])
+  with pytest.raises(ValueError, match="lower or an upper"):
+    bounded.BoundedParam(jnp.zeros(2))
+  with pytest.raises(ValueError, match="must not exceed"):
+    bounded.BoundedParam(jnp.zeros(2), lower=1.0, upper=0.0)
+
+
+def test_bounded_params_survive_split_merge_and_checkpoints(tmp_path):
+  """The bounds are tree structure, not leaves: checkpoints hold the same
+  arrays under the same paths as plain `nnx.Param`s, and restore (onto the
+  structure of the run's state) as `BoundedParam`s with their bounds."""
+  from bifocal_jax import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
+  graphdef, params = nnx.split(kerple.KerpleBias(4, kernel="power", rngs=nnx.Rngs(0)), nnx.Param)
+  plain = jax.tree.map(lambda v: nnx.Param(v[...]), params,
+                       is_leaf=lambda x: isinstance(x, nnx.Variable))
+  assert checkpoint_lib.flatten(params).keys() == checkpoint_lib.flatten(plain).keys()
+  merged = nnx.merge(graphdef, params)
+  assert isinstance(merged.bias_p, bounded.BoundedParam) and merged.bias_p.upper == 2.0
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                          dict(params=params))
+  with checkpoint_lib.Checkpointer(str(tmp_path), save_every=1, keep=1, async_save=False) as ckpt:
+    ckpt.save(1, dict(params=params), None, dict(steps=np.zeros(1, np.int32)), {}, force=True)
+    restored, _ = ckpt.restore(1, abstract)
+  for name in ("bias_p", "bias_a"):
+    got, want = restored["params"][name], params[name]
+    assert type(got) is bounded.BoundedParam and (got.lower, got.upper) == (want.lower, want.upper)
+    np.testing.assert_array_equal(np.asarray(got[...]), np.asarray(want[...]))

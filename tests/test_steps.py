@@ -1,10 +1,17 @@
-"""The pure parts of the train step: the non-finite policy and the trajectory record."""
+"""The pure parts of the train step (the non-finite policy, the trajectory
+record), and its projection of bounded parameters (KERPLE's)."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import helpers
+from bifocal_jax import sharding as sharding_lib
+from bifocal_jax import state as state_lib
 from bifocal_jax import steps
+from bifocal_jax.positions import kerple
+from bifocal_jax.tasks import pipeline
 
 
 def _state(step=4, bad_step=-1):
@@ -70,7 +77,6 @@ def test_trajectory_records_every_record_every_steps_and_the_last():
 def test_programs_compiled_in_parallel_run_as_the_jitted_step():
   """`compile_in_parallel` + `Precompiled`: the same results as the jitted function,
   the compiled executable for its shapes, the jitted function for others."""
-  import jax  # pylint: disable=g-import-not-at-top
   traces = []
 
   def fn(x):
@@ -92,3 +98,63 @@ def test_programs_compiled_in_parallel_run_as_the_jitted_step():
     x = jnp.arange(2 * w, dtype=jnp.float32).reshape(2, w)
     np.testing.assert_array_equal(step(x), np.cumsum(np.asarray(x) * 2.0, axis=-1))
   assert ran == [3, 5]  # width 4 went through the jitted function
+
+
+# Kerple's bounded parameters (`positions.bounded`): the step projects them.
+# A learning rate of 10 moves every parameter with a gradient by about 10
+# (Adam's first update is about the learning rate), far past KERPLE's bounds.
+KERPLE = {"learning_rate": 10.0, "warmup_steps": 0, "weight_decay": 0.1}
+
+
+def _kerple_config(kind):
+  config = helpers.tiny_config({"position.kind": kind, **KERPLE})
+  return config, sharding_lib.make_mesh(config.mesh)
+
+
+@pytest.mark.parametrize("kind, side", [("kerple_log", "lower"), ("kerple_power", "lower"),
+                                        ("kerple_power", "upper")])
+def test_a_bounded_param_pushed_past_its_bound_restarts_from_it(kind, side):
+  """An update pushing `bias_p` past its bound stores the bound itself; the
+  next update the other way moves it inside at once (a clip in the forward
+  pass only would leave it ~10 past the bound, where that update cannot
+  reach). A zero gradient leaves the 1-D `bias_a` as it was: no weight decay."""
+  config, mesh = _kerple_config(kind)
+  lower, upper = kerple.P_BOUNDS[kind.removeprefix("kerple_")]
+  bound = lower if side == "lower" else upper
+  push = 1.0 if side == "lower" else -1.0  # a positive gradient lowers p
+  with jax.set_mesh(mesh):
+    s, state = state_lib.setup(config, mesh)
+    apply = jax.jit(lambda state, grads: steps.apply_gradients(s, state, grads, {})[:2])
+
+    def grads(g):
+      out = jax.tree.map(jnp.zeros_like, state["params"])
+      out["position"]["bias_p"][...] = jnp.full_like(out["position"]["bias_p"][...], g)
+      return out
+
+    position = lambda params: {k: np.asarray(v[...]) for k, v in params["position"].items()}
+    start = position(state["params"])
+    params, opt_state = apply(state, grads(push))
+    pushed = position(params)
+    np.testing.assert_array_equal(pushed["bias_p"], np.full_like(start["bias_p"], bound))
+    params, _ = apply(dict(state, params=params, opt_state=opt_state), grads(-push))
+    back = position(params)
+  assert np.all(back["bias_p"] > lower) and (upper is None or np.all(back["bias_p"] < upper))
+  assert np.all(np.abs(back["bias_p"] - bound) > 0.1), back["bias_p"]  # one step back: ~0.5
+  np.testing.assert_array_equal(pushed["bias_a"], start["bias_a"])
+  np.testing.assert_array_equal(back["bias_a"], start["bias_a"])
+
+
+def test_the_train_step_stores_kerple_params_inside_their_bounds():
+  """One real train step at learning rate 10: every `bias_p` of the power
+  kernel lands on a bound (0.01 or 2) and every `bias_a` at or above 0.01."""
+  config, mesh = _kerple_config("kerple_power")
+  with jax.set_mesh(mesh):
+    s, state = state_lib.setup(config, mesh)
+    batch = next(iter(pipeline.train_dataset(s.task, batch_size_per_process=config.batch_size,
+                                             seed=config.seed, buckets=tuple(config.buckets))))
+    state, metrics = steps.make_train_step(s)(state, steps.to_global_batch(batch, mesh))
+  assert int(metrics["skipped"]) == 0 and int(state["step"]) == 1
+  p = np.asarray(state["params"]["position"]["bias_p"][...])
+  a = np.asarray(state["params"]["position"]["bias_a"][...])
+  assert np.all(np.isin(p, np.float32([kerple.EPS, 2.0]))), p
+  assert np.all(a >= np.float32(kerple.EPS)), a

@@ -9,8 +9,10 @@ module protocols that `base.py` documents.
 
 Adding a scheme is one file and one registry entry:
   1. `bifocal_jax/positions/<family>.py`: the scheme's maths as pure functions,
-     a thin `nnx.Module` holding its parameters (if any) with the method its
-     interface asks for (`bias_fn`, `attend`, `__call__` for an embedding),
+     a thin `nnx.Module` holding its parameters (if any; one with bounds as a
+     `bounded.BoundedParam`, which the trainer keeps inside them) with the
+     method its interface asks for (`bias_fn`, `attend`, `__call__` for an
+     embedding),
      `SCHEMES = (base.Scheme(name, interface, source, ...),)`, and, for new
      config keys, `CONFIG_KEYS = {"key": default}` (defaults must be None,
      `ml_collections.config_dict.placeholder(type)`, meaning the source's
