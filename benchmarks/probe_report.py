@@ -49,7 +49,7 @@ REFERENCE = {"scratch": ("scratch", "rope"), "surgery": ("continue", "rope")}
 # A mixed kind `a+b` starts as RoPE when both do (`starts_as_rope`).
 # `tests/test_probe_report.py` checks both against the models.
 STARTS_AS_ROPE = frozenset({
-    "nope", "rope", "partial_rope", "randomized_rope", "spectral", "bifocal", "alibi",
+    "nope", "rope", "partial_rope", "p_rope", "randomized_rope", "spectral", "bifocal", "alibi",
     "randomized_alibi", "sin_cos", "randomized_sin_cos", "cope", "stickbreaking"})
 SPLITS = ("test_depth", "valid")
 

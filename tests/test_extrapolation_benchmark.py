@@ -379,8 +379,8 @@ def test_a_randomized_runs_summary_says_whether_it_drew_per_layer(tmp_path):
   run = ex.Run(TASK, "rope", 0)
   workdir = fake_workdir(run, out)
   assert "draws_per_layer" not in run_summary.summary_of(run, out, 10, 1.0)  # no position in config.json
-  for kind, value, expected in (("randomized_alibi", None, True), ("randomized_rope", None, False),
-                                ("randomized_rope", True, True), ("alibi", None, None)):
+  for kind, value, expected in (("randomized_alibi", None, True), ("randomized_rope", None, True),
+                                ("randomized_rope", False, False), ("alibi", None, None)):
     with open(os.path.join(workdir, "config.json"), "w") as f:
       json.dump({"steps": 10, "position": {"kind": kind, "draw_per_layer": value}}, f)
     assert run_summary.summary_of(run, out, 10, 1.0).get("draws_per_layer") == expected, (kind, value)
