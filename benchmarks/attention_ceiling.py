@@ -1,7 +1,7 @@
 r"""How close to the matmul peak can CPU attention get at a given head size?
 
 Long evaluation (`benchmarks/long_eval.py`) runs causal attention in blocks of
-`attention.BLOCK` queries and keys (`attention._blocked_attention`). Each block
+`kernels.BLOCK` queries and keys (`kernels._blocked_attention`). Each block
 pair is three XLA:CPU kernels at least: the score product `q k^T`
 (contraction `head_dim`), the softmax's exponentials (with the row max and
 sum: one fused elementwise pass), and the value product `e v` (contraction
@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from bifocal_jax import attention
+from bifocal_jax.nn import kernels
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -40,7 +40,7 @@ import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
 _HEAD_DIMS = flags.DEFINE_list("head_dims", ["16", "32", "64"],
                                "Head sizes (the default Dyck model's is 16).")
 _HEADS = flags.DEFINE_integer("heads", 4, "Heads (the default Dyck model's).", lower_bound=1)
-_BLOCK = flags.DEFINE_integer("block", attention.BLOCK, "Queries and keys per block.",
+_BLOCK = flags.DEFINE_integer("block", kernels.BLOCK, "Queries and keys per block.",
                               lower_bound=8)
 _BLOCKS = flags.DEFINE_integer("blocks", 4, "The blocked kernel's sequence, in blocks.",
                                lower_bound=2)
@@ -69,7 +69,7 @@ def parts(heads: int, block: int, head_dim: int, blocks: int) -> dict:
   qs, ks, vs = (jax.random.normal(key, (1, heads, length, head_dim), jnp.float32)
                 for key in jax.random.split(jax.random.key(1), 3))
   positions = jnp.arange(length)[None]
-  blocked = jax.jit(lambda q, k, v: attention._blocked_attention(  # pylint: disable=protected-access
+  blocked = jax.jit(lambda q, k, v: kernels._blocked_attention(  # pylint: disable=protected-access
       q, k, v, positions, None, causal=False, bias_fn=None, block=block))
   fns = {
       "score_product": lambda: score_product(q, k),

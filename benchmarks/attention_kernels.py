@@ -1,10 +1,10 @@
 r"""Why the CPU attention backward sums over queries by broadcast-and-reduce.
 
-The softmax-attention backward (`attention.softmax_attention`) needs two
+The softmax-attention backward (`kernels.softmax_attention`) needs two
 products that contract the query dimension, `dV = P^T dO` and
 `dK = dS^T Q` (`P`, `dS`: `[B, H, Q, S]`). This times, interleaved in one run,
 that contraction written as XLA dot kernels (`einsum`, with the transposes
-that put the small operand first) against `attention._sum_over_queries`
+that put the small operand first) against `kernels._sum_over_queries`
 (a broadcast multiply and a sum over Q, one fused pass over `P`), and the
 whole attention forward + backward with each, at the reference trainer's
 shape and the larger benchmark configs.
@@ -15,9 +15,9 @@ shape and the larger benchmark configs.
 
 from __future__ import annotations
 
-from bifocal_jax import host
+from bifocal_jax import machine
 
-host.use_tuned_allocator()  # before JAX starts: see bifocal_jax/host.py
+machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
 import os
@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
-from bifocal_jax import attention
+from bifocal_jax.nn import kernels
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -53,16 +53,16 @@ def _attention_with(sum_over_queries):
   """`softmax_attention` fwd+bwd with its query sums done by `sum_over_queries`."""
   @jax.custom_vjp
   def attend(q, k, v, bias):
-    return attention._softmax_attention_fwd(q, k, v, bias)[0]  # pylint: disable=protected-access
+    return kernels._softmax_attention_fwd(q, k, v, bias)[0]  # pylint: disable=protected-access
 
   def bwd(residuals, d_out):
-    original = attention._sum_over_queries  # pylint: disable=protected-access
-    attention._sum_over_queries = sum_over_queries  # pylint: disable=protected-access
+    original = kernels._sum_over_queries  # pylint: disable=protected-access
+    kernels._sum_over_queries = sum_over_queries  # pylint: disable=protected-access
     try:
-      return attention._softmax_attention_bwd(residuals, d_out)  # pylint: disable=protected-access
+      return kernels._softmax_attention_bwd(residuals, d_out)  # pylint: disable=protected-access
     finally:
-      attention._sum_over_queries = original  # pylint: disable=protected-access
-  attend.defvjp(attention._softmax_attention_fwd, bwd)  # pylint: disable=protected-access
+      kernels._sum_over_queries = original  # pylint: disable=protected-access
+  attend.defvjp(kernels._softmax_attention_fwd, bwd)  # pylint: disable=protected-access
   return attend
 
 
@@ -71,16 +71,16 @@ def measure(shape, repeats: int) -> dict:
   keys = jax.random.split(jax.random.key(0), 4)
   p = jax.random.uniform(keys[0], (b, h, length, length))
   q, k, v = (jax.random.normal(key, (b, h, length, head_dim)) for key in keys[1:])
-  bias = attention._mask_bias(0, length, length, None, causal=True)  # pylint: disable=protected-access
-  kernels = {"dot": jax.jit(_dots_over_queries),
-             "reduce": jax.jit(attention._sum_over_queries)}  # pylint: disable=protected-access
-  np.testing.assert_allclose(kernels["dot"](p, q), kernels["reduce"](p, q), rtol=1e-4, atol=1e-4)
+  bias = kernels._mask_bias(0, length, length, None, causal=True)  # pylint: disable=protected-access
+  impls = {"dot": jax.jit(_dots_over_queries),
+           "reduce": jax.jit(kernels._sum_over_queries)}  # pylint: disable=protected-access
+  np.testing.assert_allclose(impls["dot"](p, q), impls["reduce"](p, q), rtol=1e-4, atol=1e-4)
 
   def grads(sum_over_queries):
     fn = _attention_with(sum_over_queries)
     return jax.jit(jax.grad(lambda q, k, v: jnp.sum(fn(q, k, v, bias) ** 2), argnums=(0, 1, 2)))
   layers = {"dot": grads(_dots_over_queries),
-            "reduce": grads(attention._sum_over_queries)}  # pylint: disable=protected-access
+            "reduce": grads(kernels._sum_over_queries)}  # pylint: disable=protected-access
   candidates = {f"kernel {n}": (lambda f=f: f(p, q)) for n, f in kernels.items()}
   candidates |= {f"attention {n}": (lambda f=f: f(q, k, v)) for n, f in layers.items()}
   for fn in candidates.values():  # compile outside the timing

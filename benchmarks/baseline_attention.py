@@ -1,6 +1,6 @@
 """The CPU attention kernel before issue #33 (commit 1ec6100), for before/after runs.
 
-`use_baseline()` makes `attention.attend` this kernel for the models built and
+`use_baseline()` makes `kernels.attend` this kernel for the models built and
 traced inside it (`long_eval.py --attend=baseline`, `dyck_eval_time.py`): the
 queries in chunks of `query_chunk` (1024) under `lax.map`, each chunk against
 every key (the causal mask applied to the full `chunk x L` scores, half of
@@ -14,12 +14,13 @@ import jax
 import jax.numpy as jnp
 
 import bench_util
-from bifocal_jax import attention
+from bifocal_jax.nn import attention
+from bifocal_jax.nn import kernels
 
 
 def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, causal: bool,
            bias_fn=None, query_chunk: int = 1024):
-  """The CPU path of `attention.attend` at commit 1ec6100 (no ALiBi)."""
+  """The CPU path of `kernels.attend` at commit 1ec6100 (no ALiBi)."""
   if bias_fn is not None:
     raise ValueError("baseline attention: bias_fn is not supported (a model without biases)")
   scale = jnp.asarray(q_BxLxHxK.shape[-1]**-0.5, q_BxLxHxK.dtype)
@@ -27,7 +28,7 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
   length = q.shape[2]
 
   def block(q_BxHxQxK, q_offset):
-    bias = attention._mask_bias(q_offset, q_BxHxQxK.shape[2], length, valid_BxL, causal)  # pylint: disable=protected-access
+    bias = kernels._mask_bias(q_offset, q_BxHxQxK.shape[2], length, valid_BxL, causal)  # pylint: disable=protected-access
     return softmax_attention(q_BxHxQxK, k, v, bias)
 
   if length <= query_chunk:
@@ -45,24 +46,24 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
 
 @jax.custom_vjp
 def softmax_attention(q, k, v, bias=None):
-  """`attention.softmax_attention` at commit 1ec6100 (a zero bias gradient)."""
+  """`kernels.softmax_attention` at commit 1ec6100 (a zero bias gradient)."""
   return _fwd(q, k, v, bias)[0]
 
 
 def _fwd(q, k, v, bias):
-  return attention._softmax_attention_fwd(q, k, v, bias)  # pylint: disable=protected-access
+  return kernels._softmax_attention_fwd(q, k, v, bias)  # pylint: disable=protected-access
 
 
 def _bwd(residuals, d_out):
   q, k, v, bias, exp_scores, inv_sum, out = residuals
   d_out_scaled = d_out.astype(jnp.float32) * inv_sum
-  d_v = attention._sum_over_queries(exp_scores, d_out_scaled).astype(v.dtype)  # pylint: disable=protected-access
+  d_v = kernels._sum_over_queries(exp_scores, d_out_scaled).astype(v.dtype)  # pylint: disable=protected-access
   d_probs = jnp.einsum("bhqk,bhsk->bhqs", d_out_scaled.astype(v.dtype), v,
                        preferred_element_type=jnp.float32)
   delta = jnp.sum(d_out_scaled * out.astype(jnp.float32), axis=-1, keepdims=True)
   d_scores = (exp_scores * (d_probs - delta)).astype(q.dtype)
   d_q = jnp.einsum("bhqs,bhsk->bhqk", d_scores, k)
-  d_k = attention._sum_over_queries(d_scores, q).astype(k.dtype)  # pylint: disable=protected-access
+  d_k = kernels._sum_over_queries(d_scores, q).astype(k.dtype)  # pylint: disable=protected-access
   return d_q, d_k, d_v, None if bias is None else jnp.zeros_like(bias)
 
 
@@ -70,5 +71,5 @@ softmax_attention.defvjp(_fwd, _bwd)
 
 
 def use_baseline(enabled: bool = True):
-  """`attention.attend` is the baseline kernel inside (models traced inside)."""
+  """`kernels.attend` is the baseline kernel inside (models traced inside)."""
   return bench_util.replaced(attention, "attend", attend, enabled)

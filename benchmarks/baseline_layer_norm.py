@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 import bench_util
-from bifocal_jax import model
+from bifocal_jax.nn import model
 
 
 def layer_norm(x_NxD, scale_D, bias_D, eps: float):

@@ -27,9 +27,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 import extrapolation_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax import config as config_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax import evaluate, state, tasks
-from bifocal_jax import steps as steps_lib
+from bifocal_jax import configs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.evaluation import evaluate
+from bifocal_jax.training import state
+from bifocal_jax import tasks
+from bifocal_jax.training import steps as steps_lib
 
 
 def machine() -> dict:
@@ -236,4 +238,4 @@ def long_eval_inputs(config, length: int, mesh):
 
 def load_config(path: str, arg: str | None = None):
   """`get_config(arg)` of a config file (path relative to the repository)."""
-  return config_lib.load_file(os.path.join(REPO, path), arg)
+  return configs.load_file(os.path.join(REPO, path), arg)

@@ -21,9 +21,9 @@ Measured on a shared machine, only the ratios between candidates mean much.
 
 from __future__ import annotations
 
-from bifocal_jax import host
+from bifocal_jax import machine
 
-host.use_tuned_allocator()  # before JAX starts: see bifocal_jax/host.py
+machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
 import collections
@@ -36,9 +36,9 @@ import jax
 import numpy as np
 from absl import flags
 
-from bifocal_jax import sharding
-from bifocal_jax import state as state_lib
-from bifocal_jax import steps as steps_lib
+from bifocal_jax.training import sharding
+from bifocal_jax.training import state as state_lib
+from bifocal_jax.training import steps as steps_lib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -44,9 +44,9 @@ def time_iterator(iterator, steps, repeats):
 def time_train_step(config, task, batches):
   """Seconds per train step of `config` on `batches` (after compiling each shape)."""
   import jax  # pylint: disable=g-import-not-at-top
-  from bifocal_jax import sharding  # pylint: disable=g-import-not-at-top
-  from bifocal_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
-  from bifocal_jax import state as state_lib  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.training import sharding  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.training import state as state_lib  # pylint: disable=g-import-not-at-top
 
   mesh = sharding.make_mesh(config.mesh)
   with jax.set_mesh(mesh):

@@ -26,13 +26,14 @@ import time
 
 from absl import flags
 
-from bifocal_jax import host
+from bifocal_jax import machine
 
-host.use_tuned_allocator()  # as eval.py: see bifocal_jax/host.py
+machine.use_tuned_allocator()  # as eval.py: see bifocal_jax/machine.py
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from bifocal_jax import evaluate, sharding, state  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.evaluation import evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.training import sharding, state
 from bifocal_jax.tasks.external import published  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -90,7 +91,7 @@ def main(argv):
     print(json.dumps(evaluate_files(_WORKER.value, _CONFIG.value, files)))
     return
   machine = bench_util.machine()
-  env = dict(os.environ, **{host.CACHE_ENV: "off"})
+  env = dict(os.environ, **{machine.CACHE_ENV: "off"})
   runs = {}
   for kernel in _KERNELS.value:
     cmd = [sys.executable, os.path.abspath(__file__), f"--worker={kernel}",

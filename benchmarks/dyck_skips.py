@@ -27,7 +27,8 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax import dyck_skips, probe  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+from bifocal_jax import dyck_skips  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+from bifocal_jax.evaluation import probe
 from report_tables import fmt_interval  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _WORKDIRS = flags.DEFINE_string("workdirs", None,

@@ -110,11 +110,11 @@ from extrapolation_presets import PRESETS  # pylint: disable=g-import-not-at-top
 from extrapolation_runs import (  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
     REPO, PopulationRun, Preset, Run, TaskSpec, checkpoint_results_path, published_data,
     published_file)
-from bifocal_jax.atomic_files import write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.training.atomic_files import write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
 from run_summary import (  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
     TOOK, calibration_record, logged_seconds, read_json, summary_of, summary_path, trained,
     trained_fraction)
-from bifocal_jax import host  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax import machine  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from extrapolation_report import BUDGETS_FILE, cells, load_budgets  # pylint: disable=g-import-not-at-top,wrong-import-position
 from leaderboard_report import STEP_COSTS_FILE, step_costs  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -171,7 +171,7 @@ class _Stop:
 
 
 class _CoreSlots:
-  """The shares of `host.core_slots`, each held by one job at a time."""
+  """The shares of `machine.core_slots`, each held by one job at a time."""
 
   def __init__(self, slots: Sequence[frozenset[int] | None]):
     self._free = collections.deque(slots)
@@ -246,7 +246,7 @@ def execute(run: Run, out: str, budget: int, stop: _Stop, log: Callable[[str], N
             evaluate: bool = True, cores: frozenset[int] | None = None) -> str:
   """Trains (the source first, if any) and evaluates one run: "done", "failed"
   (with `failed.txt` in its workdir) or "stopped" (a signal). `cores`: its
-  commands run on these CPUs only (`host.core_slots`)."""
+  commands run on these CPUs only (`machine.core_slots`)."""
   failed_path = os.path.join(run.workdir(out), FAILED_FILE)
   for stage, who, command in _stages(run, out, budget, evaluate=evaluate):
     os.makedirs(who.workdir(out), exist_ok=True)
@@ -355,7 +355,7 @@ class Sweep:
   (and calibration runs) of shard i of N (`shard_of`), so that N machines
   sharing `results_dir` (or committing into one repository) split the sweep.
   `pin_cores`: with several jobs, each job's commands run on its own share of
-  the CPUs (`host.core_slots`). `resolve`: the preset as the results extend
+  the CPUs (`machine.core_slots`). `resolve`: the preset as the results extend
   it now (`Preset.resolved`), asked before each run is picked, so that a run
   a preset chooses from its results (`roster_choices`) starts in the sweep
   that landed the results it was chosen from."""
@@ -372,7 +372,7 @@ class Sweep:
     self.step_costs_file = step_costs_file
 
   def _slots(self, jobs: int) -> _CoreSlots:
-    return _CoreSlots(host.core_slots(jobs) if self.pin_cores else [None] * jobs)
+    return _CoreSlots(machine.core_slots(jobs) if self.pin_cores else [None] * jobs)
 
   def mine(self, run: Run) -> bool:
     """Whether `run` is in this sweep's shard (every run is, unsharded)."""
@@ -623,7 +623,7 @@ _JOBS = flags.DEFINE_integer(
     "throughput).")
 _PIN_CORES = flags.DEFINE_bool(
     "pin_cores", True, "With --jobs > 1, each job's commands run on its own share of the CPUs "
-    "(`host.core_slots`: on 2 cores two pinned runs made ~15% more steps/s than unpinned); "
+    "(`machine.core_slots`: on 2 cores two pinned runs made ~15% more steps/s than unpinned); "
     "--nopin_cores: every run may use every CPU.")
 _LIMIT = flags.DEFINE_integer(
     "limit", None, "Run at most this many runs (a population counts as one), then report.")

@@ -11,7 +11,7 @@ from extrapolation_runs import (  # pylint: disable=g-multiple-import
     OfSteps, Preset, ROSTER_KINDS, TaskSpec, VERDICT_KINDS)
 import roster_choices
 # bifocal_jax is on the path once extrapolation_runs is imported (a checkout).
-from bifocal_jax import positions  # pylint: disable=wrong-import-order
+from bifocal_jax.nn import positions  # pylint: disable=wrong-import-order
 
 
 def _cpu_model(**extra) -> tuple[tuple[str, object], ...]:

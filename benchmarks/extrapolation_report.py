@@ -7,7 +7,7 @@
   * the runs landed of each part of the preset, and the CPU hours left
     (`progress_report.py`);
   * per task, accuracy per position kind and split: the mean over seeds with a
-    95% t-interval (`bifocal_jax.stats.seed_interval`);
+    95% t-interval (`bifocal_jax.evaluation.stats.seed_interval`);
   * with `preset.leaderboards`, per held-out split the kinds ranked, each
     with its interval, its paired difference from `rope`, how many seeds
     reach the split's target (`preset.targets`) and its step time
@@ -44,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
-from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.evaluation import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 import leaderboard_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import rank_comparison_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position

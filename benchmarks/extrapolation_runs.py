@@ -19,8 +19,8 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # bifocal_jax, from a checkout
-from bifocal_jax import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax.atomic_files import write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.nn import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.training.atomic_files import write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax.tasks.external import published as published_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 LEARNED = 0.9  # valid token accuracy at which a task counts as learned in distribution
@@ -40,7 +40,7 @@ SPECTRAL_KINDS = ("spectral", "bifocal_heads", "bifocal_pairs")
 
 # The kinds of the bifocal verdict (the cpu and converged sweeps).
 VERDICT_KINDS = tuple(KINDS)
-# Every other `position.kind` of the registry (`bifocal_jax/positions/`), under
+# Every other `position.kind` of the registry (`bifocal_jax/nn/positions/`), under
 # its own name (`kind_overrides`): the roster of the field's schemes (issue 31).
 ROSTER_KINDS = tuple(k for k in positions.POSITION_KINDS
                      if k != "bifocal" and k not in KINDS)
@@ -191,7 +191,7 @@ class Run:
     return f"{self.task.name}/{self.arm}/{self.group}/seed{self.seed}"
 
   def workdir(self, out: str) -> str:
-    if self.population is not None:  # `bifocal_jax.population.member_dir`
+    if self.population is not None:  # `bifocal_jax.training.population.member_dir`
       return os.path.join(self.population.workdir(out), "members", str(self.member))
     return os.path.join(out, self.name)
 
@@ -268,9 +268,9 @@ def load_config(config: str, overrides: dict | None = None):
   """The config `config` (`TaskSpec.config`: `configs/NAME.py[:variant]`)
   with a run's `{"dotted.key": value}` overrides set, as `--config.KEY=VALUE`
   sets them (a ValueError for a key the config lacks)."""
-  from bifocal_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import configs  # pylint: disable=g-import-not-at-top
   path, _, variant = config.partition(":")
-  out = config_lib.load_file(os.path.join(REPO, path), variant or None)
+  out = configs.load_file(os.path.join(REPO, path), variant or None)
   for key, value in (overrides or {}).items():
     *parents, leaf = key.split(".")
     node = out
@@ -345,7 +345,7 @@ class PopulationRun:
     return ()
 
   def members(self) -> list[Run]:
-    """In the trainer's order (`bifocal_jax.population.members`: seed-major)."""
+    """In the trainer's order (`bifocal_jax.training.population.members`: seed-major)."""
     out = []
     for i, (seed, rate) in enumerate(itertools.product(self.seeds, self.learning_rates)):
       default = rate == self.learning_rates[0]

@@ -15,7 +15,7 @@ Sections (each reports its error instead of stopping the others):
   attention  forward and forward+backward of attention at [8, 4096, 16, 64]
              bf16, causal: `jax.nn.dot_product_attention` with
              implementation="cudnn" and "xla", and the project's `attend`.
-  agreement  `attention.attend` on this backend (cuDNN's kernel on a GPU) in
+  agreement  `kernels.attend` on this backend (cuDNN's kernel on a GPU) in
              bf16 with causal + padding masks, against float32 attention
              written out in jnp: relative errors of the output and of the
              q, k, v gradients (bf16 operands land between 1e-3 and 1e-2).
@@ -40,10 +40,12 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
-from bifocal_jax import attention, model as model_lib
-from bifocal_jax import sharding, tasks
-from bifocal_jax import steps as steps_lib
-from bifocal_jax import state as state_lib
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.nn import kernels
+from bifocal_jax.training import sharding
+from bifocal_jax import tasks
+from bifocal_jax.training import steps as steps_lib
+from bifocal_jax.training import state as state_lib
 from bifocal_jax.tasks import pipeline
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -136,7 +138,7 @@ def bench_attention(sizes, rounds) -> dict:
   keys = jax.random.split(jax.random.key(0), 3)
   q, k_, v = (jax.random.normal(key, (b, l, h, k), jnp.bfloat16) for key in keys)
   positions = jnp.arange(l)[None]
-  impls = {"ours": lambda q, k, v: attention.attend(q, k, v, positions, causal=True)}
+  impls = {"ours": lambda q, k, v: kernels.attend(q, k, v, positions, causal=True)}
   for impl in ("xla", "cudnn"):
     if impl == "cudnn" and jax.default_backend() != "gpu":
       continue
@@ -155,7 +157,7 @@ def bench_attention(sizes, rounds) -> dict:
   # Causal attention FLOPs: QK^T and PV, halved by the mask; backward = 2.5x forward.
   forward_flops = 2 * 2 * b * h * l * l * k / 2
   out = dict(shape=[b, l, h, k], dtype="bfloat16", causal=True,
-             cudnn_applies=attention._cudnn_applies(q, None))  # pylint: disable=protected-access
+             cudnn_applies=kernels._cudnn_applies(q, None))  # pylint: disable=protected-access
   for name in candidates:
     seconds = bench_util.median(times[name]["wall"])
     flops = forward_flops * (3.5 if "backward" in name else 1.0)
@@ -186,7 +188,7 @@ def check_agreement(sizes) -> dict:
 
   def attend_bf16(q, k, v, valid_BxL):
     cast = lambda x: x.astype(jnp.bfloat16)
-    return attention.attend(cast(q), cast(k), cast(v), positions, valid_BxL,
+    return kernels.attend(cast(q), cast(k), cast(v), positions, valid_BxL,
                             causal=True).astype(jnp.float32)
 
   ours = lambda q, k, v: attend_bf16(q, k, v, valid)
@@ -200,7 +202,7 @@ def check_agreement(sizes) -> dict:
   for name, got, want in zip(("out", "dq", "dk", "dv"), jax.jit(lambda: with_grads(ours))(),
                              jax.jit(lambda: with_grads(reference))()):
     errors[name] = float(jnp.linalg.norm((got - want) * weight) / jnp.linalg.norm(want * weight))
-  cudnn = attention._cudnn_applies(q.astype(jnp.bfloat16), None)  # pylint: disable=protected-access
+  cudnn = kernels._cudnn_applies(q.astype(jnp.bfloat16), None)  # pylint: disable=protected-access
   # cuDNN takes padding as lengths: a mask with a hole must poison its row, not pass.
   out = jax.jit(attend_bf16)(q, k_, v, valid.at[0, 0].set(False))
   # A padding row (every token invalid, as `pad_rows` makes) must stay finite.

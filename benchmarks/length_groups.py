@@ -18,9 +18,9 @@ of the per-repeat ratios), and the padded tokens per step against the real ones.
 
 from __future__ import annotations
 
-from bifocal_jax import host
+from bifocal_jax import machine
 
-host.use_tuned_allocator()  # before JAX starts: see bifocal_jax/host.py
+machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
 import os
@@ -32,10 +32,11 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import bench_util, extrapolation_presets, extrapolation_runs
-from bifocal_jax import config as config_lib
-from bifocal_jax import length_groups, sharding, tasks
-from bifocal_jax import state as state_lib
-from bifocal_jax import steps as steps_lib
+from bifocal_jax.training import config as config_lib
+from bifocal_jax.training import length_groups, sharding
+from bifocal_jax import tasks
+from bifocal_jax.training import state as state_lib
+from bifocal_jax.training import steps as steps_lib
 from bifocal_jax.tasks import pipeline
 
 TASKS = ("listops_depth", "listops_depth_5layer", "dyck", "dyck_5layer")

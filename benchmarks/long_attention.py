@@ -6,7 +6,7 @@ r"""One long causal `attend` (CPU): the blocked kernel at several block sizes ag
 Operands `[batch, length, heads, head_dim]` (default: the `configs/dyck.py`
 model's 4 heads of 16), random, causal, in-order positions. Candidates: the
 kernel before issue #33 (`baseline_attention.attend`: chunks of 1,024 queries
-against every key) and `attention.attend` with `attention.BLOCK` set to each
+against every key) and `kernels.attend` with `kernels.BLOCK` set to each
 block size (`query_chunk` 1,024, so the blocked path runs). Compiled once
 each, then interleaved `--rounds` times; reported: median CPU and wall time,
 the CPU-time speedup over the old kernel (median of per-round ratios: CPU
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from bifocal_jax import attention
+from bifocal_jax.nn import kernels
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import baseline_attention  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -34,7 +34,7 @@ _LENGTH = flags.DEFINE_integer("length", 4096, "Sequence length.")
 _BATCH = flags.DEFINE_integer("batch", 1, "Batch size.")
 _HEADS = flags.DEFINE_integer("heads", 4, "Heads.")
 _HEAD_DIM = flags.DEFINE_integer("head_dim", 16, "Head dimension.")
-_BLOCKS = flags.DEFINE_list("blocks", ["128", "256", "512"], "attention.BLOCK values.")
+_BLOCKS = flags.DEFINE_list("blocks", ["128", "256", "512"], "kernels.BLOCK values.")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Interleaved rounds.", lower_bound=1)
 
 
@@ -43,8 +43,8 @@ def candidate(block: int | None):
     positions = jnp.arange(q.shape[1])[None]
     if block is None:
       return baseline_attention.attend(q, k, v, positions, causal=True)
-    attention.BLOCK = block  # read at trace time
-    return attention.attend(q, k, v, positions, causal=True)
+    kernels.BLOCK = block  # read at trace time
+    return kernels.attend(q, k, v, positions, causal=True)
   return fn
 
 

@@ -13,7 +13,7 @@ runs it once to warm up, then times `--runs` runs. Reported per length: the
 median evaluation time, tokens/s, peak RSS, and the RSS growth over the same
 process just before compiling (the model, JAX and Python). On CPU, sequences
 longer than `query_chunk` (1024) run in 256 x 256 blocks of queries and keys
-(`attention._blocked_attention`), so score memory is one tile per head:
+(`kernels._blocked_attention`), so score memory is one tile per head:
 linear in the length. On GPU the fused (cuDNN) attention is used where it
 applies.
 
@@ -39,7 +39,7 @@ import jax
 import numpy as np
 from absl import flags
 
-from bifocal_jax import sharding
+from bifocal_jax.training import sharding
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import baseline_attention  # pylint: disable=g-import-not-at-top,wrong-import-position

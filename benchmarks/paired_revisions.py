@@ -3,7 +3,7 @@
 When a run's code changes (a fix, a re-run), its summaries are withdrawn and
 the sweep writes new ones under the same names: same seeds, same data, only
 the change differs. This pairs each split's accuracy, new minus old, over the
-seeds both revisions have (`bifocal_jax.stats.paired_difference`):
+seeds both revisions have (`bifocal_jax.evaluation.stats.paired_difference`):
 
   python benchmarks/paired_revisions.py --old 5ea8a21 \\
       benchmarks/results/runs/converged/listops_depth/scratch/randomized_rope
@@ -24,7 +24,7 @@ from absl import app
 from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.evaluation import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _OLD = flags.DEFINE_string("old", None, "The commit of the old summaries.", required=True)
 _NEW = flags.DEFINE_string("new", None, "The commit of the new summaries (default: the files).")

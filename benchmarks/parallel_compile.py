@@ -48,8 +48,8 @@ def reference_worker(workers: int) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.config.jax_compilation_cache_dir:
     raise RuntimeError(f"a compilation cache is on: {jax.config.jax_compilation_cache_dir}")
-  from bifocal_jax import sharding, state  # pylint: disable=g-import-not-at-top
-  from bifocal_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.training import sharding, state  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
   config = reference_trainer.reference_config("bifocal", steps=1)
   curriculum = reference_trainer.Curriculum(
       config.task, batch_size=config.batch_size, seed=config.seed,

@@ -1,6 +1,6 @@
 """The comparison model of `step_benchmark.py`: a plain Flax NNX transformer.
 
-The same sizes as `bifocal_jax.model.Transformer` (pre-LayerNorm blocks,
+The same sizes as `bifocal_jax.nn.model.Transformer` (pre-LayerNorm blocks,
 GELU MLP, untied output head, no biases in the attention projections), built
 from stock parts: `nnx.MultiHeadAttention` whose `attention_fn` is
 `nnx.dot_product_attention_with_rope` with an `nnx.RoPE`, as the Flax
@@ -17,8 +17,8 @@ import ml_collections
 import optax
 from flax import nnx
 
-from bifocal_jax import metrics as metrics_lib
-from bifocal_jax import model as model_lib
+from bifocal_jax.training import metrics as metrics_lib
+from bifocal_jax.nn import model as model_lib
 
 
 class Block(nnx.Module):

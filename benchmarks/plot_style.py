@@ -18,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bifocal_jax import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.nn import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 FAMILY_COLORMAPS = {"none": "Greys", "rotary": "Blues", "bias": "Oranges",
                     "absolute": "Greens", "attention": "Purples", "mixed": "Reds"}

@@ -17,9 +17,9 @@ too: a population needs one per distinct seed per step.
 
 from __future__ import annotations
 
-from bifocal_jax import host
+from bifocal_jax import machine
 
-host.use_tuned_allocator()  # before JAX starts: see bifocal_jax/host.py
+machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
 import copy
@@ -30,11 +30,11 @@ import time
 import jax
 from absl import flags
 
-from bifocal_jax import config as config_lib
-from bifocal_jax import population
-from bifocal_jax import sharding
-from bifocal_jax import state as state_lib
-from bifocal_jax import steps as steps_lib
+from bifocal_jax import configs
+from bifocal_jax.training import population
+from bifocal_jax.training import sharding
+from bifocal_jax.training import state as state_lib
+from bifocal_jax.training import steps as steps_lib
 from bifocal_jax.tasks import pipeline
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -88,7 +88,7 @@ def _config_path():
 
 def main(argv):
   del argv
-  config = config_lib.load_file(*_config_path())
+  config = configs.load_file(*_config_path())
   sizes = [int(p) for p in _SIZES.value]
   mesh = sharding.make_mesh(config.mesh)
   candidates, batch_fn = _candidates(config, sizes, mesh)

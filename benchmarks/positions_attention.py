@@ -1,4 +1,4 @@
-r"""The data-dependent attention functions (`bifocal_jax/positions/`) against `attention.attend`.
+r"""The data-dependent attention functions (`bifocal_jax/nn/positions/`) against `kernels.attend`.
 
 Times, interleaved in one run, forward + backward at the Dyck training size
 (batch 32, length 100, 4 heads, head_dim 16; gradients for q, k, v and each
@@ -13,9 +13,9 @@ what one `L x L` float32 score matrix per head would take.
 
 from __future__ import annotations
 
-from bifocal_jax import host
+from bifocal_jax import machine
 
-host.use_tuned_allocator()  # before JAX starts: see bifocal_jax/host.py
+machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
 import os
@@ -28,8 +28,8 @@ import numpy as np
 from absl import flags
 from flax import nnx
 
-from bifocal_jax import attention
-from bifocal_jax.positions import cope, fope, fox, path, stickbreaking
+from bifocal_jax.nn import kernels
+from bifocal_jax.nn.positions import cope, fope, fox, path, stickbreaking
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -66,7 +66,7 @@ def schemes(head_dim: int, heads: int, npos: int):
 
   return {
       "attend":
-          lambda t, c: attention.attend(t["q"], t["k"], t["v"], positions(t), causal=True,
+          lambda t, c: kernels.attend(t["q"], t["k"], t["v"], positions(t), causal=True,
                                         query_chunk=c),
       "cope":
           lambda t, c: cope.cope_attention(t["q"], t["k"], t["v"], None, pos_emb_KxP=pos_emb, causal

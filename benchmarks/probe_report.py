@@ -1,6 +1,6 @@
 """The mechanism probes' tables, rebuilt from the committed run summaries.
 
-`eval.py --probe` (`bifocal_jax/probe.py`) records, per run, linear probes of
+`eval.py --probe` (`bifocal_jax/evaluation/probe.py`) records, per run, linear probes of
 the nesting depth and each head's attention weight on the matching opening
 bracket at every closing bracket (`match_mass`, per layer and head). Two
 tables come from them:
@@ -35,8 +35,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 import extrapolation_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax.probe import FAR  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.evaluation import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.evaluation.probe import FAR  # pylint: disable=g-import-not-at-top,wrong-import-position
 from report_tables import fmt_interval, markdown_table, scratch_first  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # The cell each arm's heads are set against: the same seed's RoPE run that
@@ -98,7 +98,7 @@ def probe_table(groups: dict) -> str:
 
 
 def head_eyes(summary: dict) -> list[list[str]] | None:
-  """Each head's eye, per layer, of a probed run (`bifocal_jax.probe.head_eyes`):
+  """Each head's eye, per layer, of a probed run (`bifocal_jax.evaluation.probe.head_eyes`):
   as its summary recorded them, or, for summaries written before they were
   recorded, from the model its config and overrides build (None without them)."""
   recorded = summary["probe"].get("eyes")
@@ -114,7 +114,9 @@ def head_eyes(summary: dict) -> list[list[str]] | None:
 def _eyes_of_config(config_spec: str, overrides_json: str) -> list[list[str]]:
   # Shapes only (`nnx.eval_shape`): the eyes are static module attributes.
   from flax import nnx  # pylint: disable=g-import-not-at-top
-  from bifocal_jax import probe, state, tasks  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.evaluation import probe  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.training import state
+  from bifocal_jax import tasks
   config = extrapolation_runs.load_config(config_spec, json.loads(overrides_json))
   model = nnx.eval_shape(lambda: state.build_model(config, tasks.get_task(config.task)))
   return [probe.head_eyes(block.attn) for block in model.blocks]
@@ -284,7 +286,7 @@ def section(groups: dict) -> str:
   parts = []
   means = probe_table(groups)
   if means:
-    parts += ["Mechanism probes (`eval.py --probe`, `bifocal_jax/probe.py`; 256 strings a "
+    parts += ["Mechanism probes (`eval.py --probe`, `bifocal_jax/evaluation/probe.py`; 256 strings a "
               "split; mean over seeds):", "", means]
   paired = same_heads_table(groups)
   if paired:

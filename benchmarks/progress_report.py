@@ -20,7 +20,7 @@ import sys
 from extrapolation_runs import Preset, Run, kind_overrides
 from report_tables import markdown_table
 
-from bifocal_jax import positions
+from bifocal_jax.nn import positions
 
 
 def part_of(preset: Preset, run: Run) -> str:

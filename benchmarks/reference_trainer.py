@@ -46,7 +46,7 @@ first: the same amount of work. Each reads the loss back as its trainer does
 Reported for ours: end to end = wall time from building the model to the
 last step's result on the host (setup, every compilation, data, all steps);
 the steady-state tokens/s of the loop and at the fixed length 40; and the
-persistent compilation cache (`bifocal_jax/host.py`, on by default): its
+persistent compilation cache (`bifocal_jax/machine.py`, on by default): its
 directory, and whether this run found its programs there (`warm`) or
 compiled them (`cold`). A cold run is the one to compare; a second run of
 the same command is warm, and `--warm_rerun` makes that second run in a
@@ -60,10 +60,10 @@ transformer processes: input plus output tape, 2n per example.
 
 from __future__ import annotations
 
-from bifocal_jax import host
+from bifocal_jax import machine
 
-host.use_tuned_allocator()  # before JAX starts: see bifocal_jax/host.py
-host.use_compilation_cache()
+machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
+machine.use_compilation_cache()
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
 import collections
@@ -79,9 +79,10 @@ import jax
 import numpy as np
 from absl import flags
 
-from bifocal_jax import launch, sharding, tasks
-from bifocal_jax import state as state_lib
-from bifocal_jax import steps as steps_lib
+from bifocal_jax import cli, tasks
+from bifocal_jax.training import sharding
+from bifocal_jax.training import state as state_lib
+from bifocal_jax.training import steps as steps_lib
 from bifocal_jax.tasks import pipeline
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -417,7 +418,7 @@ def main(argv):
   if _CHECKOUT.value is not None:
     problem = original_trainer.checkout_problem(_CHECKOUT.value)
     if problem:
-      launch.fail(problem)
+      cli.fail(problem)
   r = run(_STEPS.value, _KIND.value, in_flight=_IN_FLIGHT.value, fixed_steps=_FIXED_STEPS.value,
           bucket_every=_BUCKET_EVERY.value, checkout=_CHECKOUT.value, stand_in=_STAND_IN.value,
           original_python=_ORIGINAL_PYTHON.value, smoke=_SMOKE.value,

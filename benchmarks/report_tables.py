@@ -27,7 +27,7 @@ def seed_values(runs: dict[int, dict], split: str, metric: str) -> dict[int, flo
 
 
 def fmt_interval(out: dict | None, signed: bool = False) -> str:
-  """`mean [lo, hi]` of a `bifocal_jax.stats` interval (bold when `decided`:
+  """`mean [lo, hi]` of a `bifocal_jax.evaluation.stats` interval (bold when `decided`:
   a paired difference whose interval excludes zero), `mean (n=1)` for one
   seed, `-` for none."""
   if out is None:

@@ -34,7 +34,7 @@ import extrapolation  # pylint: disable=g-import-not-at-top,wrong-import-positio
 import report_tables  # pylint: disable=g-import-not-at-top,wrong-import-position
 from extrapolation_presets import PRESETS  # pylint: disable=g-import-not-at-top,wrong-import-position
 from extrapolation_runs import Run  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax.atomic_files import write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.training.atomic_files import write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
 from run_summary import logged_seconds, summary_of, summary_path  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # `--preset`, `--out` and `--results` are extrapolation.py's flags (imported with it).

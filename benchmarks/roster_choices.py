@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 import extrapolation_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 from extrapolation_runs import REPO, ROSTER_KINDS, Preset  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax import positions  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+from bifocal_jax.nn import positions  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
 DYCK, LISTOPS, DYCK_5LAYER = "dyck", "listops_depth", "dyck_5layer"
 RESULTS = os.path.join(REPO, "benchmarks", "results", "runs", "converged")

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 from extrapolation_runs import LEARNED, REPO, Run, TaskSpec, checkpoint_results_path  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.nn import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 TOOK = "# took "  # the line `_execute` appends to a log when its command ends
 
@@ -167,7 +167,7 @@ def position_draws_per_layer(position: dict) -> bool | None:
 
 
 def probe_summary(report: dict) -> dict:
-  """The headline numbers of `eval.py --probe` (`bifocal_jax.probe`): per
+  """The headline numbers of `eval.py --probe` (`bifocal_jax.evaluation.probe`): per
   split, the depth (and ListOps operator) probe's accuracy per layer and at
   the unseen depths, and the attention on the matching and top-of-stack
   brackets per eye and per head (`match_mass`, `match_mass_far`, `top_mass`:

@@ -39,9 +39,9 @@ compile of the bifocal step.
 
 from __future__ import annotations
 
-from bifocal_jax import host
+from bifocal_jax import machine
 
-host.use_tuned_allocator()  # before JAX starts: see bifocal_jax/host.py
+machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
 import contextlib
@@ -53,10 +53,11 @@ import jax
 from absl import flags
 from flax import nnx
 
-from bifocal_jax import model as model_lib
-from bifocal_jax import sharding, tasks
-from bifocal_jax import steps as steps_lib
-from bifocal_jax import state as state_lib
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.training import sharding
+from bifocal_jax import tasks
+from bifocal_jax.training import steps as steps_lib
+from bifocal_jax.training import state as state_lib
 from bifocal_jax.tasks import pipeline
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -78,7 +79,7 @@ _KINDS = flags.DEFINE_list("kinds", [], "Further position kinds to time against 
 
 
 def extra_kinds(names) -> tuple[str, ...]:
-  from bifocal_jax import positions  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.nn import positions  # pylint: disable=g-import-not-at-top
   if list(names) == ["all"]:
     names = [k for k in positions.POSITION_KINDS if positions.get(k).decoder]
   for name in names:

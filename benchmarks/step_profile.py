@@ -16,9 +16,9 @@ names. Shares on a shared machine are steadier than times.
 
 from __future__ import annotations
 
-from bifocal_jax import host
+from bifocal_jax import machine
 
-host.use_tuned_allocator()  # as the training benchmarks: see bifocal_jax/host.py
+machine.use_tuned_allocator()  # as the training benchmarks: see bifocal_jax/machine.py
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
 import collections
@@ -32,9 +32,10 @@ import time
 import jax
 from absl import flags
 
-from bifocal_jax import sharding, tasks
-from bifocal_jax import state as state_lib
-from bifocal_jax import steps as steps_lib
+from bifocal_jax.training import sharding
+from bifocal_jax import tasks
+from bifocal_jax.training import state as state_lib
+from bifocal_jax.training import steps as steps_lib
 from bifocal_jax.tasks import pipeline
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -20,7 +20,8 @@ from absl import flags
 from flax import nnx
 
 import bench_util
-from bifocal_jax import optim, surgery
+from bifocal_jax.nn import optim
+from bifocal_jax import surgery
 from bifocal_jax.surgery import tunix_models
 
 flags.DEFINE_integer("rounds", 15, "Interleaved rounds.")

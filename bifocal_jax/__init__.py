@@ -7,12 +7,11 @@ The public names of the library (README, "Use it in your own model"). Submodules
 
 import importlib
 
-# Loaded on first use, so that importing a light submodule (`bifocal_jax.host`,
+# Loaded on first use, so that importing a light submodule (`bifocal_jax.machine`,
 # which runs before JAX starts) does not import JAX and Flax.
 _ROPE_NAMES = (
     "BifocalRoPE",
     "GeometricRoPE",
-    "PerHeadSpectralRoPE",
     "SpectralFrequency",
     "SpectralRoPE",
     "apply_rope",
@@ -22,7 +21,7 @@ _ROPE_NAMES = (
 
 def __getattr__(name):
   if name in _ROPE_NAMES:
-    return getattr(importlib.import_module("bifocal_jax.rope"), name)
+    return getattr(importlib.import_module("bifocal_jax.nn.rope"), name)
   raise AttributeError(f"module 'bifocal_jax' has no attribute {name!r}")
 
 

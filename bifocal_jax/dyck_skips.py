@@ -29,7 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bifocal_jax import evaluate, labelled_counts, metrics, probe
+from bifocal_jax.evaluation import evaluate, probe
+from bifocal_jax import labelled_counts
+from bifocal_jax.training import metrics
 
 LABELS = ("depth", "skipped")
 

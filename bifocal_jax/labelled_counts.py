@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bifocal_jax import stats
+from bifocal_jax.evaluation import stats
 
 
 def count(correct_BxL: np.ndarray, scored_BxL: np.ndarray, labels: dict[str, np.ndarray],

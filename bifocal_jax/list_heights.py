@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bifocal_jax import evaluate, labelled_counts, probe
+from bifocal_jax.evaluation import evaluate, probe
+from bifocal_jax import labelled_counts
 
 LABELS = ("height", "level", "sibling")
 

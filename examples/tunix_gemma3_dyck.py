@@ -7,7 +7,7 @@
 3. Fine-tune on Dyck-(k, m) from `bifocal_jax.tasks` (its grain training pipeline),
    with `optim.spectral_evolution`: AdamW for the weights, the spectra in their own group.
 4. Record every layer's frequencies along the way and plot the trajectory with
-   `analysis.plot_trajectory`; evaluate token accuracy on the `valid` split.
+   `spectrum.plot_trajectory`; evaluate token accuracy on the `valid` split.
 
     python examples/tunix_gemma3_dyck.py --workdir /tmp/tunix_dyck --steps 200
 
@@ -29,7 +29,9 @@ import optax
 from absl import app, flags
 from flax import nnx
 
-from bifocal_jax import analysis, optim, surgery, tasks
+from bifocal_jax.evaluation import spectrum
+from bifocal_jax.nn import optim
+from bifocal_jax import surgery, tasks
 from bifocal_jax.surgery import tunix_models
 from bifocal_jax.tasks import pipeline
 
@@ -124,7 +126,7 @@ def run(workdir: str, steps: int = 200, record_every: int = 10, batch_size: int 
       recorded.append(spectra(model))
   steps_array, trajectory = np.asarray(recorded_steps), np.stack(recorded)
   np.savez(os.path.join(workdir, "trajectory.npz"), steps=steps_array, frequencies=trajectory)
-  analysis.plot_trajectory(steps_array, trajectory, os.path.join(workdir, "trajectory.png"))
+  spectrum.plot_trajectory(steps_array, trajectory, os.path.join(workdir, "trajectory.png"))
 
   accuracies = [float(evaluate(model, batch)[1])
                 for batch in pipeline.eval_batches(task, "valid", batch_size=batch_size,

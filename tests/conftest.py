@@ -4,8 +4,8 @@ subprocesses, the published data; cheap compiles for tiny programs."""
 import jax
 import pytest
 
-from bifocal_jax import attention
-from bifocal_jax import positions
+from bifocal_jax.nn import attention
+from bifocal_jax.nn import positions
 
 
 def pytest_configure(config):

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import orbax.checkpoint as ocp
 
-from bifocal_jax import config as config_lib
+from bifocal_jax import configs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -33,8 +33,9 @@ def untrained_run(config_file: str):
   initial weights, on this machine's devices (nothing trained or written)."""
   import jax  # pylint: disable=g-import-not-at-top
   import ml_collections  # pylint: disable=g-import-not-at-top
-  from bifocal_jax import evaluate, sharding, state  # pylint: disable=g-import-not-at-top
-  config = config_lib.load_file(str(ROOT / "configs" / config_file), "tiny")
+  from bifocal_jax.evaluation import evaluate  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.training import sharding, state
+  config = configs.load_file(str(ROOT / "configs" / config_file), "tiny")
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
   mesh = sharding.make_mesh(config.mesh)
   with jax.set_mesh(mesh):
@@ -45,7 +46,7 @@ def untrained_run(config_file: str):
 def tiny_config(overrides: dict | None = None, config_file: str = "dyck.py"):
   """The test config (of another task: its file's `tiny`), with `{"dotted.key": value}`
   overrides on top."""
-  config = config_lib.load_file(ROOT / "configs" / config_file, "tiny")
+  config = configs.load_file(ROOT / "configs" / config_file, "tiny")
   for key, value in {**TEST_OVERRIDES, **(overrides or {})}.items():
     *parents, name = key.split(".")
     node = config
@@ -133,7 +134,7 @@ def finished_and_in_flight_runs(tmp_path, config_file: str):
   import ml_collections  # pylint: disable=g-import-not-at-top
   from bifocal_jax import train  # pylint: disable=g-import-not-at-top
   run, in_flight = str(tmp_path / "run"), str(tmp_path / "run_in_flight")
-  config = config_lib.load_file(str(ROOT / "configs" / config_file), "tiny")
+  config = configs.load_file(str(ROOT / "configs" / config_file), "tiny")
   config.steps = config.eval_every = 10
   config.checkpoint_every = 5
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from bifocal_jax import analysis
-from bifocal_jax import rope
+from bifocal_jax.evaluation import spectrum
+from bifocal_jax.nn import rope
 
 
 def planted(period, harmonics, *, noise_cycles, seed):
@@ -25,7 +25,7 @@ def planted(period, harmonics, *, noise_cycles, seed):
 ])
 def test_harmonic_fit_recovers_planted_fundamental(period, harmonics, seed):
   omega, k = planted(period, harmonics, noise_cycles=0.01, seed=seed)
-  fit = analysis.harmonic_fit(omega)
+  fit = spectrum.harmonic_fit(omega)
   assert fit["period"] == pytest.approx(period, rel=0.01)
   assert fit["harmonics"] == k.tolist()
   assert fit["fraction_explained"] == 1.0
@@ -37,7 +37,7 @@ def test_harmonic_fit_explains_only_the_harmonic_part():
   omega, _ = planted(40.0, (1, 2, 3, 4, 5, 6, 8, 9), noise_cycles=0.005, seed=3)
   # Four frequencies half-way between harmonics of 40: never explained by it.
   off = 2 * np.pi * np.array([10.5, 11.5, 12.5, 13.5]) / 40.0
-  fit = analysis.harmonic_fit(np.concatenate([omega, off]))
+  fit = spectrum.harmonic_fit(np.concatenate([omega, off]))
   assert fit["period"] == pytest.approx(40.0, rel=0.01)
   assert fit["explained"] == [True] * 8 + [False] * 4
   assert fit["fraction_explained"] == pytest.approx(8 / 12)
@@ -46,7 +46,7 @@ def test_harmonic_fit_explains_only_the_harmonic_part():
 
 @pytest.mark.parametrize("rotary_dim", [8, 16, 32])
 def test_geometric_spectrum_is_not_harmonic(rotary_dim):
-  fit = analysis.harmonic_fit(np.asarray(rope.geometric_frequencies(rotary_dim)))
+  fit = spectrum.harmonic_fit(np.asarray(rope.geometric_frequencies(rotary_dim)))
   assert fit["score"] < 0.25, fit
   assert fit["fraction_explained"] <= 0.5
 
@@ -54,17 +54,17 @@ def test_geometric_spectrum_is_not_harmonic(rotary_dim):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_random_log_uniform_spectrum_scores_near_chance(seed):
   omega = np.exp(np.random.default_rng(seed).uniform(np.log(1e-3), 0.0, 16))
-  fit = analysis.harmonic_fit(omega)
+  fit = spectrum.harmonic_fit(omega)
   assert abs(fit["score"]) < 0.3, fit
   assert fit["fraction_explained"] < 0.5
 
 
 def test_harmonic_fit_with_explicit_periods():
   omega = 2 * np.pi * np.array([1.0, 2.0, 3.0]) / 10.0
-  fit = analysis.harmonic_fit(omega, periods=[10.0], null_draws=4)
+  fit = spectrum.harmonic_fit(omega, periods=[10.0], null_draws=4)
   assert fit["period"] == pytest.approx(10.0)
   assert fit["harmonics"] == [1, 2, 3]
-  nothing = analysis.harmonic_fit(omega, periods=[1.0], null_draws=4)
+  nothing = spectrum.harmonic_fit(omega, periods=[1.0], null_draws=4)
   assert np.isnan(nothing["period"]) and nothing["fraction_explained"] == 0.0
 
 
@@ -79,7 +79,7 @@ def test_harmonic_fit_with_explicit_periods():
 ])
 def test_harmonic_fit_rejects_bad_input(kwargs, match):
   with pytest.raises(ValueError, match=match):
-    analysis.harmonic_fit(**kwargs)
+    spectrum.harmonic_fit(**kwargs)
 
 
 def synthetic_trajectory():
@@ -96,7 +96,7 @@ def synthetic_trajectory():
 
 def test_spectrum_report():
   steps, freqs, geometric = synthetic_trajectory()
-  report = analysis.spectrum_report(steps, freqs, geometric)
+  report = spectrum.spectrum_report(steps, freqs, geometric)
   json.dumps(report, allow_nan=False)  # JSON-ready
   assert report["step"] == 20 and report["records"] == 3 and report["shape"] == [2, 2, 6]
   assert len(report["heads"]) == 4
@@ -111,32 +111,32 @@ def test_spectrum_report():
   expected = np.abs(np.log(freqs[-1]) - np.log(geometric)).mean()
   assert report["drift"] == pytest.approx(expected)
   assert report["geometric_fit"]["score"] == heads[(0, 0)]["fit"]["score"]
-  text = analysis.format_spectrum_report(report)
+  text = spectrum.format_spectrum_report(report)
   assert "30.0" in text and len(text.splitlines()) == 3 + 4
   # Default start: the first record (here the geometric spectrum).
-  assert analysis.spectrum_report(steps, freqs)["drift"] == pytest.approx(report["drift"])
+  assert spectrum.spectrum_report(steps, freqs)["drift"] == pytest.approx(report["drift"])
 
 
 def test_spectrum_report_of_fixed_spectrum_run_is_empty():
-  report = analysis.spectrum_report(np.array([0, 5]), np.zeros((2, 0, 0, 0)))
+  report = spectrum.spectrum_report(np.array([0, 5]), np.zeros((2, 0, 0, 0)))
   assert report["heads"] == [] and report["drift"] is None
-  assert "no spectral" in analysis.format_spectrum_report(report)
+  assert "no spectral" in spectrum.format_spectrum_report(report)
 
 
 def test_spectrum_report_rejects_bad_shapes():
   with pytest.raises(ValueError, match="frequencies"):
-    analysis.spectrum_report(np.array([0, 1]), np.ones((3, 1, 1, 4)))
+    spectrum.spectrum_report(np.array([0, 1]), np.ones((3, 1, 1, 4)))
   with pytest.raises(ValueError, match="geometric"):
-    analysis.spectrum_report(np.array([0]), np.ones((1, 1, 1, 4)), geometric=np.ones(3))
+    spectrum.spectrum_report(np.array([0]), np.ones((1, 1, 1, 4)), geometric=np.ones(3))
 
 
 def test_plots_write_pngs(tmp_path):
   steps, freqs, geometric = synthetic_trajectory()
-  paths = analysis.spectrum_plots(steps, freqs, str(tmp_path / "plots"), geometric=geometric)
+  paths = spectrum.spectrum_plots(steps, freqs, str(tmp_path / "plots"), geometric=geometric)
   assert set(paths) == {"trajectory", "spectrum", "wavelengths"}
   for path in paths.values():
     with open(path, "rb") as f:
       data = f.read()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
   with pytest.raises(ValueError, match="final"):
-    analysis.plot_spectrum(freqs[-1], geometric[:3], str(tmp_path / "x.png"))
+    spectrum.plot_spectrum(freqs[-1], geometric[:3], str(tmp_path / "x.png"))

@@ -1,4 +1,4 @@
-"""bifocal_jax/atomic_files.py: a file is replaced whole or left as it was."""
+"""bifocal_jax/training/atomic_files.py: a file is replaced whole or left as it was."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bifocal_jax import atomic_files
+from bifocal_jax.training import atomic_files
 
 
 def test_write_replaces_the_file_whole(tmp_path):
@@ -46,7 +46,7 @@ def test_unserializable_json_leaves_the_old_file(tmp_path):
 
 def test_import_stays_light():
   # The sweep driver imports it and must not start JAX.
-  code = "import sys, bifocal_jax.atomic_files; print('jax' in sys.modules)"
+  code = "import sys, bifocal_jax.training.atomic_files; print('jax' in sys.modules)"
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        timeout=120)
   assert out.stdout.strip() == "False"

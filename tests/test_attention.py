@@ -1,4 +1,4 @@
-"""The attention layer (`bifocal_jax/attention.py`) for every `position.kind`.
+"""The attention layer (`bifocal_jax/nn/attention.py`) for every `position.kind`.
 
 Compiles dominate the run time, so each layer structure is compiled once:
 `run_layer` returns the output and the vmapped per-sequence output together,
@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bifocal_jax import attention
-from bifocal_jax import rope
+from bifocal_jax.nn import attention
+from bifocal_jax.nn import rotation
+from bifocal_jax.nn import kernels
+from bifocal_jax.nn import rope
+from bifocal_jax.nn.positions import alibi
 
 D_MODEL, HEADS, HEAD_DIM, BATCH, SEQ = 16, 2, 8, 2, 6
 
@@ -149,7 +152,7 @@ def test_query_chunks_do_not_change_the_output(position_config):
 def test_alibi_slopes_are_a_buffer(position_config):
   layer = make_layer(position_config("alibi"))
   assert not isinstance(layer.position.slopes, nnx.Param)
-  np.testing.assert_array_equal(layer.position.slopes[...], rope.alibi_slopes(HEADS))
+  np.testing.assert_array_equal(layer.position.slopes[...], alibi.alibi_slopes(HEADS))
 
 
 def test_bfloat16_compute(position_config):
@@ -208,12 +211,12 @@ def test_softmax_attention_gradients_match_autodiff(head_dim):
   q, k, v = (_random((b, h, length, head_dim), seed) for seed in range(3))
   # Causal, plus padding that masks every key of the first query of sequence 1.
   valid = jnp.asarray(np.arange(length)[None] >= np.array([[0], [2]]))
-  bias = attention._mask_bias(0, length, length, valid, causal=True)
+  bias = kernels._mask_bias(0, length, length, valid, causal=True)
 
   def reference(q, k, v):
     return jax.nn.softmax(jnp.einsum("bhqk,bhsk->bhqs", q, k) + bias, axis=-1) @ v
   cotangent = _random((b, h, length, head_dim), 3)
-  fast = attention.softmax_attention
+  fast = kernels.softmax_attention
   np.testing.assert_allclose(fast(q, k, v, bias), reference(q, k, v), rtol=1e-5, atol=1e-6)
   for name, got, want in zip("qkv", _vjp(lambda q, k, v: fast(q, k, v, bias), (q, k, v), cotangent),
                              _vjp(reference, (q, k, v), cotangent)):
@@ -231,7 +234,7 @@ def test_rotate_queries_keys_gradients_match_autodiff(layout, frequency_shape):
     return rope.rotate(qk, *rope.rotary_cos_sin(positions, frequencies), layout)
 
   def fast(qk, frequencies):
-    return attention.rotate_queries_keys(qk, positions, frequencies, layout)
+    return rotation.rotate_queries_keys(qk, positions, frequencies, layout)
   cotangent = _random(qk.shape, 2)
   np.testing.assert_allclose(fast(qk, frequencies), reference(qk, frequencies), atol=1e-6)
   for name, got, want in zip(("qk", "frequencies"), _vjp(fast, (qk, frequencies), cotangent),
@@ -251,14 +254,14 @@ def _reference_attention(q, k, v, positions, valid, *, causal, bias_fn=None):
   if causal:
     mask = jnp.tril(mask)
   mask = mask[None, None] & valid[:, None, None, :]
-  probs = jax.nn.softmax(jnp.where(mask, scores, attention.MASKED), axis=-1)  # finite everywhere
+  probs = jax.nn.softmax(jnp.where(mask, scores, kernels.MASKED), axis=-1)  # finite everywhere
   return jnp.swapaxes(probs @ v_h, 1, 2)
 
 
 def _alibi_bias_fn():
   """ALiBi as a `bias_fn` (`-slope * |i - j|`, the causal form)."""
-  slopes = jnp.asarray(rope.alibi_slopes(_H))
-  return lambda q, k, q_pos, k_pos: rope.alibi_bias(q_pos, k_pos, slopes)
+  slopes = jnp.asarray(alibi.alibi_slopes(_H))
+  return lambda q, k, q_pos, k_pos: alibi.alibi_bias(q_pos, k_pos, slopes)
 
 
 def _learnable_bias_fn(w_H):
@@ -288,7 +291,7 @@ def test_blocked_attention_matches_one_block_and_the_reference(causal, bias):
                  learnable=_learnable_bias_fn(jnp.asarray([0.5, 0.1, 0.0])))[bias]
 
   def run(query_chunk):
-    return jax.jit(lambda q, k, v: attention.attend(
+    return jax.jit(lambda q, k, v: kernels.attend(
         q, k, v, positions, _VALID, causal=causal, bias_fn=bias_fn, query_chunk=query_chunk))(q, k, v)
   one_block, blocked = run(_L), run(4)
   want = _reference_attention(q, k, v, positions, _VALID, causal=causal, bias_fn=bias_fn)
@@ -301,11 +304,11 @@ def test_blocked_attention_shared_positions_and_no_mask():
   """`positions` of shape [1, L] and no `valid`: the padded keys are still masked."""
   q, k, v = (_random((_B, _L, _H, _K), seed) for seed in range(3))
   positions = jnp.arange(_L)[None]
-  alibi = _alibi_bias_fn()
+  alibi_fn = _alibi_bias_fn()
   for causal in (True, False):
-    blocked = attention.attend(q, k, v, positions, causal=causal, bias_fn=alibi, query_chunk=4)
+    blocked = kernels.attend(q, k, v, positions, causal=causal, bias_fn=alibi_fn, query_chunk=4)
     want = _reference_attention(q, k, v, positions, jnp.ones((_B, _L), bool), causal=causal,
-                                bias_fn=alibi)
+                                bias_fn=alibi_fn)
     np.testing.assert_allclose(blocked, want, rtol=1e-5, atol=1e-6, err_msg=f"causal={causal}")
 
 
@@ -319,7 +322,7 @@ def test_bias_fn_gets_its_gradients(query_chunk):
   valid = np.asarray(_VALID)[..., None, None]
 
   def fast(q, k, v, w):
-    return attention.attend(q, k, v, positions, _VALID, causal=True, bias_fn=_learnable_bias_fn(w),
+    return kernels.attend(q, k, v, positions, _VALID, causal=True, bias_fn=_learnable_bias_fn(w),
                             query_chunk=query_chunk) * valid
 
   def reference(q, k, v, w):
@@ -340,7 +343,7 @@ def test_softmax_attention_bias_gradient_matches_autodiff(bias_shape):
   def reference(q, k, v, bias):
     return jax.nn.softmax(jnp.einsum("bhqk,bhsk->bhqs", q, k) + bias, axis=-1) @ v
   cotangent = _random((2, 3, 7, 4), 4)
-  got = _vjp(attention.softmax_attention, (q, k, v, bias), cotangent)
+  got = _vjp(kernels.softmax_attention, (q, k, v, bias), cotangent)
   want = _vjp(reference, (q, k, v, bias), cotangent)
   assert got[3].shape == bias_shape
   np.testing.assert_allclose(got[3], want[3], rtol=1e-4, atol=1e-5)

@@ -53,7 +53,7 @@ def test_autodiff_layer_norm_baseline_is_the_same_function_inside_its_context():
   import baseline_layer_norm  # pylint: disable=g-import-not-at-top
   import jax
   import numpy as np
-  from bifocal_jax import model
+  from bifocal_jax.nn import model
   rng = np.random.default_rng(0)
   x, scale, bias = rng.standard_normal((4, 8)), 1 + rng.standard_normal(8), rng.standard_normal(8)
   loss = lambda x, s, b: (model.layer_norm(x, s, b, 1e-6)**3).sum()  # looked up at trace time

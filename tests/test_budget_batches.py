@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from bifocal_jax import budget_batches
+from bifocal_jax.evaluation import budget_batches
 
 
 def test_length_buckets_and_batch_sizes():

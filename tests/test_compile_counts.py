@@ -11,9 +11,10 @@ import helpers
 import jax
 import numpy as np
 
-from bifocal_jax import metrics as metrics_lib
-from bifocal_jax import sharding, steps, tasks
-from bifocal_jax import state as state_lib
+from bifocal_jax.training import metrics as metrics_lib
+from bifocal_jax.training import sharding, steps
+from bifocal_jax import tasks
+from bifocal_jax.training import state as state_lib
 from bifocal_jax.tasks import pipeline
 
 

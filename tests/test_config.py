@@ -8,8 +8,8 @@ import jax
 import pytest
 
 import helpers
-from bifocal_jax import config as config_lib
-from bifocal_jax import launch
+from bifocal_jax.training import config as config_lib
+from bifocal_jax import train
 
 # (overrides of the test config, text the message must hold: the key and its value).
 # Validation sees 8 devices (`eight_devices`), so mesh and batch checks have something to split.
@@ -75,7 +75,7 @@ def test_bad_config_is_one_line_naming_key_and_value_exit_2_nothing_written(
   overrides, names_it = BAD_CONFIGS[name]
   workdir = tmp_path / "run"
   with pytest.raises(SystemExit) as exit_info:
-    launch.run_training(helpers.tiny_config(overrides), str(workdir))
+    train.run_training(helpers.tiny_config(overrides), str(workdir))
   assert exit_info.value.code == 2
   out, err = capsys.readouterr()
   assert err.startswith("error: config.") and err.count("\n") == 1, err
@@ -91,7 +91,7 @@ def test_good_test_config_passes_with_eight_devices(tmp_path):
 def test_unwritable_workdir(tmp_path, capsys):
   (tmp_path / "a_file").write_text("")
   with pytest.raises(SystemExit) as exit_info:
-    launch.run_training(helpers.tiny_config(), str(tmp_path / "a_file" / "run"))
+    train.run_training(helpers.tiny_config(), str(tmp_path / "a_file" / "run"))
   assert exit_info.value.code == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "--workdir=" in err and "not a writable directory" in err

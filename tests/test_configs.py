@@ -6,8 +6,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from bifocal_jax import config as config_lib
-from bifocal_jax import configs
+from bifocal_jax.training import config as config_lib
+from bifocal_jax import cli, configs
 from bifocal_jax import tasks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -19,7 +19,7 @@ CONTRACT_KEYS = ("seed", "steps", "batch_size", "learning_rate", "checkpoint_eve
 
 
 def load(path, arg=None):
-  return config_lib.load_file(path, arg)
+  return configs.load_file(path, arg)
 
 
 def test_there_is_a_config_per_task():
@@ -83,14 +83,14 @@ def test_a_checkouts_configs_are_the_packaged_ones():
 
 
 def test_names_resolve_to_the_packaged_files_and_paths_stay():
-  assert configs.resolve("dyck") == configs.path("dyck")
-  assert configs.resolve("dyck:tiny") == configs.path("dyck") + ":tiny"
+  assert cli.resolve_config("dyck") == configs.path("dyck")
+  assert cli.resolve_config("dyck:tiny") == configs.path("dyck") + ":tiny"
   checkout = str(ROOT / "configs" / "dyck.py") + ":tiny"
-  assert configs.resolve(checkout) == checkout
-  assert configs.resolve("no/such/file.py") == "no/such/file.py"  # the loader reports it
+  assert cli.resolve_config(checkout) == checkout
+  assert cli.resolve_config("no/such/file.py") == "no/such/file.py"  # the loader reports it
   with pytest.raises(ValueError, match="--config=dyk: no such file, nor a config of the package"):
-    configs.resolve("dyk")
-  assert configs.resolve_argv(["prog", "--config", "dyck:tiny", "--config.seed=3",
+    cli.resolve_config("dyk")
+  assert cli.resolve_argv(["prog", "--config", "dyck:tiny", "--config.seed=3",
                                "--config=odds_first", "--", "--config", "dyck"]) == [
                                    "prog", "--config", configs.path("dyck") + ":tiny",
                                    "--config.seed=3", f"--config={configs.path('odds_first')}",

@@ -9,7 +9,8 @@ import helpers
 import numpy as np
 import pytest
 
-from bifocal_jax import dyck_skips, probe, tasks
+from bifocal_jax import dyck_skips, tasks
+from bifocal_jax.evaluation import probe
 
 sys.path.insert(0, os.path.join(helpers.ROOT, "benchmarks"))
 import extrapolation_runs  # pylint: disable=g-import-not-at-top,wrong-import-position

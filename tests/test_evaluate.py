@@ -12,12 +12,12 @@ import jax
 import numpy as np
 import pytest
 
-from bifocal_jax import compare
-from bifocal_jax import config as config_lib
-from bifocal_jax import budget_batches
-from bifocal_jax import eval_report
-from bifocal_jax import evaluate
-from bifocal_jax import metrics
+from bifocal_jax.evaluation import compare
+from bifocal_jax import configs
+from bifocal_jax.evaluation import budget_batches
+from bifocal_jax.evaluation import report as eval_report
+from bifocal_jax.evaluation import evaluate
+from bifocal_jax.training import metrics
 from bifocal_jax import tasks
 from bifocal_jax import train
 
@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def tiny_config():
-  return config_lib.load_file(os.path.join(ROOT, "configs", "dyck.py"), "tiny")
+  return configs.load_file(os.path.join(ROOT, "configs", "dyck.py"), "tiny")
 
 
 @pytest.fixture(scope="module")
@@ -350,7 +350,7 @@ def test_argmax_ranges_over_the_task_output_classes():
 @pytest.fixture(scope="module")
 def reverse_string_run(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("reverse_string"))
-  config = config_lib.load_file(os.path.join(ROOT, "configs", "reverse_string.py"), "tiny")
+  config = configs.load_file(os.path.join(ROOT, "configs", "reverse_string.py"), "tiny")
   config.buckets = (48,)
   train.train_and_evaluate(config, workdir)
   return evaluate.load_run(workdir)

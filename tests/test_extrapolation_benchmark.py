@@ -1642,7 +1642,7 @@ def test_the_converged_sweep_runs_the_roster_after_the_verdicts_seeds():
   """Every position kind of the registry that the decoder takes is a Dyck
   kind of the converged sweep (issue 31's roster), after all seeds of the
   verdict's kinds; the cpu sweep keeps its kinds."""
-  from bifocal_jax import positions
+  from bifocal_jax.nn import positions
   runs = [r for r in ex.PRESETS["converged"].runs() if r.task.name == "dyck" and r.arm == "scratch"]
   kinds = {r.kind for r in runs}
   decoder = {k for k in positions.POSITION_KINDS if positions.get(k).decoder} - {"bifocal"}
@@ -1683,7 +1683,7 @@ def test_the_converged_sweep_runs_the_protocol_model_on_both_depth_tasks_before_
 
 
 def test_the_converged_chomsky_sweep_runs_every_encoder_kind():
-  from bifocal_jax import positions
+  from bifocal_jax.nn import positions
   preset = ex.PRESETS["converged_chomsky"]
   kinds = {r.kind for r in preset.runs()}
   encoder = {k for k in positions.POSITION_KINDS if positions.get(k).encoder} - {"bifocal"}

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 import helpers
-from bifocal_jax import sharding as sharding_lib
-from bifocal_jax import state as state_lib
-from bifocal_jax import steps
+from bifocal_jax.training import sharding as sharding_lib
+from bifocal_jax.training import state as state_lib
+from bifocal_jax.training import steps
 from bifocal_jax.tasks import pipeline
 
 # step: (loss, grad_norm, spectral_grad_norm, sum of params, sum of squared params)

@@ -1,4 +1,4 @@
-"""bifocal_jax/host.py: when the allocator re-execution happens, and that it happens once."""
+"""bifocal_jax/machine.py: when the allocator re-execution happens, and that it happens once."""
 
 import os
 import platform
@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from bifocal_jax import host
+from bifocal_jax import machine
 
 PID = 1234
 linux_glibc = pytest.mark.skipif(
@@ -19,19 +19,19 @@ linux_glibc = pytest.mark.skipif(
 @linux_glibc
 @pytest.mark.parametrize("environ, expected", [
     ({}, True),                                                        # plain start
-    ({"GLIBC_TUNABLES": host.GLIBC_TUNABLES}, False),                  # already complete
+    ({"GLIBC_TUNABLES": machine.GLIBC_TUNABLES}, False),                  # already complete
     ({"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}, False),        # the user's own
     ({"BIFOCAL_HOST_ALLOCATOR": "default"}, False),                    # opted out
     ({"BIFOCAL_HOST_ALLOCATOR_PID": str(PID)}, False),                 # dropped by glibc: no loop
     ({"BIFOCAL_HOST_ALLOCATOR_PID": "99"}, True),                      # a parent's marker
 ])
 def test_should_reexec(environ, expected):
-  assert host.should_reexec(environ, pid=PID) is expected
+  assert machine.should_reexec(environ, pid=PID) is expected
 
 
 def test_package_import_stays_light():
   # host runs before JAX starts: importing it must not import JAX.
-  code = "import sys, bifocal_jax.host; print('jax' in sys.modules)"
+  code = "import sys, bifocal_jax.machine; print('jax' in sys.modules)"
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        timeout=120)
   assert out.stdout.strip() == "False"
@@ -42,11 +42,11 @@ def test_reexecutes_once_with_the_same_arguments_and_children_inherit(tmp_path):
   script = tmp_path / "entry.py"
   script.write_text(textwrap.dedent("""
       import os, subprocess, sys
-      from bifocal_jax import host
+      from bifocal_jax import machine
       print("start", os.getpid(), os.environ.get("GLIBC_TUNABLES"), flush=True)
-      host.use_tuned_allocator()
+      machine.use_tuned_allocator()
       print("args", sys.argv[1:], flush=True)
-      print("tuned", host.should_reexec() is False, flush=True)
+      print("tuned", machine.should_reexec() is False, flush=True)
       if sys.argv[1] == "parent":
         subprocess.run([sys.executable, __file__, "child"], check=True)
   """))
@@ -58,8 +58,8 @@ def test_reexecutes_once_with_the_same_arguments_and_children_inherit(tmp_path):
   # The parent starts twice (re-executed once: same pid, now with the tunables);
   # the child inherits them and starts once.
   assert [s[1:] for s in starts] == [[starts[0][1], "None"],
-                                     [starts[0][1], host.GLIBC_TUNABLES],
-                                     [starts[2][1], host.GLIBC_TUNABLES]]
+                                     [starts[0][1], machine.GLIBC_TUNABLES],
+                                     [starts[2][1], machine.GLIBC_TUNABLES]]
   assert starts[2][1] != starts[0][1]
   assert out.count("args ['parent']") == 1 and out.count("args ['child']") == 1
   assert out.count("tuned True") == 2
@@ -90,12 +90,12 @@ HOME = os.path.expanduser("~")
     ({"BIFOCAL_COMPILATION_CACHE": ""}, None),
 ])
 def test_compilation_cache_dir(environ, expected):
-  assert host.compilation_cache_dir(environ) == expected
+  assert machine.compilation_cache_dir(environ) == expected
 
 
 CACHE_SCRIPT = """
-from bifocal_jax import host
-directory = host.use_compilation_cache()
+from bifocal_jax import machine
+directory = machine.use_compilation_cache()
 import jax, os
 jax.jit(lambda x: x * 2 + 1)(jax.numpy.ones(3)).block_until_ready()
 print(directory, os.environ.get("JAX_COMPILATION_CACHE_DIR"), jax.config.jax_compilation_cache_dir)
@@ -112,13 +112,13 @@ def test_compilation_cache_is_written_where_it_says(tmp_path, jax_first):
   code = ("import jax\n" if jax_first else "") + CACHE_SCRIPT
   out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        check=True, timeout=120).stdout.split()
-  assert out == [str(cache)] * 3 + [str(host.CACHE_MAX_BYTES)]  # bounded by default
+  assert out == [str(cache)] * 3 + [str(machine.CACHE_MAX_BYTES)]  # bounded by default
   assert len(list(cache.iterdir())) >= 1  # the jitted function's entry
 
 
 EVICTION_SCRIPT = """
-from bifocal_jax import host
-host.use_compilation_cache()
+from bifocal_jax import machine
+machine.use_compilation_cache()
 import jax
 for k in range(6):  # six programs, each a few KB in the cache
   jax.jit(lambda x, k=k: (x * k + 1).sum())(jax.numpy.ones(3 + k)).block_until_ready()
@@ -149,9 +149,9 @@ def test_compilation_cache_opt_out_writes_nothing(tmp_path):
 
 
 def test_core_slots_split_the_cpus_into_disjoint_consecutive_shares():
-  assert host.core_slots(2, [0, 1]) == [frozenset({0}), frozenset({1})]
-  assert host.core_slots(2, [4, 0, 1, 2, 3]) == [frozenset({0, 1, 2}), frozenset({3, 4})]
-  assert host.core_slots(3, range(8)) == [frozenset({0, 1, 2}), frozenset({3, 4, 5}),
+  assert machine.core_slots(2, [0, 1]) == [frozenset({0}), frozenset({1})]
+  assert machine.core_slots(2, [4, 0, 1, 2, 3]) == [frozenset({0, 1, 2}), frozenset({3, 4})]
+  assert machine.core_slots(3, range(8)) == [frozenset({0, 1, 2}), frozenset({3, 4, 5}),
                                         frozenset({6, 7})]
-  assert host.core_slots(1, [0, 1]) == [None]  # one job: every CPU
-  assert host.core_slots(3, [0, 1]) == [None] * 3  # more jobs than cores: no pinning
+  assert machine.core_slots(1, [0, 1]) == [None]  # one job: every CPU
+  assert machine.core_slots(3, [0, 1]) == [None] * 3  # more jobs than cores: no pinning

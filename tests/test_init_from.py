@@ -8,17 +8,18 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bifocal_jax import analysis
-from bifocal_jax import checkpoint as checkpoint_lib
-from bifocal_jax import config as config_lib
+from bifocal_jax.evaluation import spectrum
+from bifocal_jax.training import checkpoint as checkpoint_lib
+from bifocal_jax.training import config as config_lib
+from bifocal_jax import configs
 from bifocal_jax import geometric_frequencies
-from bifocal_jax import init_from
-from bifocal_jax import model as model_lib
-from bifocal_jax import sharding as sharding_lib
-from bifocal_jax import state as state_lib
+from bifocal_jax.training import init_from
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.training import sharding as sharding_lib
+from bifocal_jax.training import state as state_lib
 from bifocal_jax import tasks
 from bifocal_jax import train
-from bifocal_jax import workdir as workdir_lib
+from bifocal_jax.training import workdir as workdir_lib
 from bifocal_jax.tasks import pipeline
 
 DYCK_CONFIG = pathlib.Path(__file__).resolve().parent.parent / "configs" / "dyck.py"
@@ -27,7 +28,7 @@ HEAD_DIM = 8  # configs/dyck.py:tiny: d_model 32, 4 heads
 
 def _tiny(kind, **position):
   """`configs/dyck.py:tiny` with `position.kind=kind` (and other position keys)."""
-  config = config_lib.load_file(DYCK_CONFIG, "tiny")
+  config = configs.load_file(DYCK_CONFIG, "tiny")
   config.position.kind = kind
   config.position.update(position)
   config.async_checkpointing = False
@@ -117,7 +118,7 @@ def test_fine_tuning_starts_at_the_geometric_spectrum_and_evolves(rope_run, tmp_
   config.init_from = rope_run
   summary = train.train_and_evaluate(config, str(tmp_path))
   assert summary["step"] == 10 and np.isfinite(summary["loss"])
-  steps, frequencies = analysis.load_trajectory(str(tmp_path))
+  steps, frequencies = spectrum.load_trajectory(str(tmp_path))
   assert steps.tolist() == [0, 5, 10]
   geometric = np.asarray(geometric_frequencies(HEAD_DIM))
   np.testing.assert_allclose(frequencies[0], np.broadcast_to(geometric, frequencies.shape[1:]),

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 import helpers
-from bifocal_jax import config as config_lib
-from bifocal_jax import length_groups, positions, sharding, steps, tasks
-from bifocal_jax import metrics as metrics_lib
-from bifocal_jax import workdir as workdir_lib
-from bifocal_jax import state as state_lib
+from bifocal_jax.training import config as config_lib
+from bifocal_jax.training import length_groups, sharding, steps
+from bifocal_jax.nn import positions
+from bifocal_jax import tasks
+from bifocal_jax.training import metrics as metrics_lib
+from bifocal_jax.training import workdir as workdir_lib
+from bifocal_jax.training import state as state_lib
 from bifocal_jax.tasks import pipeline
 
 BUCKETS = (16, 24, 40)

@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from bifocal_jax import linen, optim, rope
+from bifocal_jax.nn import linen, optim, rope
 
 HEADS, HEAD_DIM, SEQ = 2, 8, 6
 

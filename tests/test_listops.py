@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import helpers
-from bifocal_jax import config as config_lib
-from bifocal_jax import evaluate as evaluate_lib
+from bifocal_jax import configs
+from bifocal_jax.evaluation import evaluate as evaluate_lib
 from bifocal_jax import tasks
 from bifocal_jax import train
 from bifocal_jax.tasks import listops
@@ -342,7 +342,7 @@ def test_cli_prints_input_tab_targets():
 @pytest.mark.slow
 @pytest.mark.usefixtures("persistent_compiles")
 def test_tiny_training_run_and_its_evaluation(tmp_path):
-  config = config_lib.load_file(helpers.ROOT / "configs" / "listops_depth.py", "tiny")
+  config = configs.load_file(helpers.ROOT / "configs" / "listops_depth.py", "tiny")
   config.steps = 10
   config.eval_every = 10
   config.buckets = (40,)

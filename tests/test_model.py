@@ -1,4 +1,4 @@
-"""The transformer (`bifocal_jax/model.py`) for every `position.kind`.
+"""The transformer (`bifocal_jax/nn/model.py`) for every `position.kind`.
 
 Compiles dominate the run time, so each model structure is compiled once, by
 `run_model`, and its causal and padding tests reuse that compile.
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bifocal_jax import attention
-from bifocal_jax import model as model_lib
-from bifocal_jax import positions as positions_lib
-from bifocal_jax import rope
+from bifocal_jax.nn import attention
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.nn import positions as positions_lib
+from bifocal_jax.nn import rope
 
 VOCAB, BATCH, SEQ = 16, 2, 6
 # The model here is the causal decoder: every kind defined there.

@@ -8,8 +8,8 @@ import optax
 import pytest
 from flax import nnx
 
-from bifocal_jax import optim
-from bifocal_jax.rope import BifocalRoPE, SpectralFrequency, SpectralRoPE
+from bifocal_jax.nn import optim
+from bifocal_jax.nn.rope import BifocalRoPE, SpectralFrequency, SpectralRoPE
 
 HEAD_DIM = 8
 

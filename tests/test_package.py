@@ -40,7 +40,7 @@ def installed(tmp_path_factory):
   (wheel,) = (base / "dist").glob("bifocal_jax-*.whl")
   with zipfile.ZipFile(wheel) as z:
     names = z.namelist()
-  assert "bifocal_jax/configs/dyck.py" in names and "bifocal_jax/cli/train.py" in names
+  assert "bifocal_jax/configs/dyck.py" in names and "bifocal_jax/train.py" in names
   venv = base / "venv"
   _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=base, env=env)
   python = venv / "bin" / "python"

@@ -8,7 +8,7 @@ import matplotlib
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.nn import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # Every registered kind, the sweeps' group names that are not kinds, and mixed kinds.
 GROUPS = (*positions.POSITION_KINDS, "bifocal_heads", "bifocal_pairs", "rope_base1e3",
@@ -67,7 +67,7 @@ def test_band_needs_three_seeds_and_stays_in_the_unit_interval():
 def test_kinds_scatter_labels_each_kind_with_its_seeds_on_each_axis():
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  from bifocal_jax import stats  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.evaluation import stats  # pylint: disable=g-import-not-at-top
   three, one = stats.seed_interval([0.5, 0.6, 0.7]), stats.seed_interval([0.8])
   fig, ax = plt.subplots()
   plot_style.kinds_scatter(ax, {"rope": (three, three), "alibi": (three, one)})

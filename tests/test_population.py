@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 
 import helpers
-from bifocal_jax import analysis
-from bifocal_jax import config as config_lib
-from bifocal_jax import evaluate
-from bifocal_jax import population
-from bifocal_jax import sharding as sharding_lib
-from bifocal_jax import state as state_lib
-from bifocal_jax import steps
+from bifocal_jax.evaluation import spectrum
+from bifocal_jax.training import config as config_lib
+from bifocal_jax.evaluation import evaluate
+from bifocal_jax.training import population
+from bifocal_jax.training import sharding as sharding_lib
+from bifocal_jax.training import state as state_lib
+from bifocal_jax.training import steps
 from bifocal_jax import train
-from bifocal_jax import workdir as workdir_lib
+from bifocal_jax.training import workdir as workdir_lib
 from bifocal_jax.tasks import pipeline
 
 pytestmark = pytest.mark.usefixtures("persistent_compiles")
@@ -160,8 +160,8 @@ def test_every_member_is_evaluated_on_its_own(population_run, single_run):
   assert results["splits"]["valid"]["token_accuracy"] == pytest.approx(
       single["splits"]["valid"]["token_accuracy"], abs=1e-6)
   # Member 2's learned spectrum, from the population's trajectory.
-  member_steps, frequencies = analysis.load_trajectory(workdir, member=2)
-  single_steps, single_frequencies = analysis.load_trajectory(single_run[0])
+  member_steps, frequencies = spectrum.load_trajectory(workdir, member=2)
+  single_steps, single_frequencies = spectrum.load_trajectory(single_run[0])
   np.testing.assert_array_equal(member_steps, single_steps)
   np.testing.assert_allclose(frequencies, single_frequencies, rtol=1e-5)
   with pytest.raises(ValueError, match="holds a population of 4 members"):
@@ -225,7 +225,7 @@ def test_eval_py_evaluates_every_member_and_reports_the_frozen(population_run, t
 SHARDED_POPULATION = """
 import jax, numpy as np
 import helpers
-from bifocal_jax import population, sharding
+from bifocal_jax.training import population, sharding
 out = dict()
 for name, (devices, mesh) in {meshes}.items():
   config = helpers.tiny_config({overrides})

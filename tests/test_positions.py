@@ -1,4 +1,4 @@
-"""Every `position.kind` of the registry (`bifocal_jax/positions/`): the names
+"""Every `position.kind` of the registry (`bifocal_jax/nn/positions/`): the names
 the issue asks for, refusal where the source does not define a kind,
 causality in the decoder with drawn positions, and the learnable bias's
 gradient through `attend`. Training, resume and sharding of the kinds:
@@ -12,10 +12,12 @@ import pytest
 from flax import nnx
 
 import helpers
-from bifocal_jax import attention
-from bifocal_jax import config as config_lib
-from bifocal_jax import model as model_lib
-from bifocal_jax import positions
+from bifocal_jax.nn import attention
+from bifocal_jax.nn import kernels
+from bifocal_jax.training import config as config_lib
+from bifocal_jax import configs
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.nn import positions
 
 
 KINDS = positions.POSITION_KINDS
@@ -47,7 +49,7 @@ def test_the_registry_has_the_kinds_and_the_one_list():
                                                ("stickbreaking", "odds_first.py"),
                                                ("path", "reverse_string.py")])
 def test_a_kind_is_refused_in_one_line_where_its_source_does_not_define_it(kind, config_file):
-  config = config_lib.load_file(helpers.ROOT / "configs" / config_file, "tiny")
+  config = configs.load_file(helpers.ROOT / "configs" / config_file, "tiny")
   config.position.kind = kind
   with pytest.raises(config_lib.ConfigError, match=rf"position\.kind='{kind}': not defined") as e:
     config_lib.validate(config, num_devices=1)
@@ -59,7 +61,7 @@ def test_a_kind_is_refused_in_one_line_where_its_source_does_not_define_it(kind,
                                               ("randomized_learnt", True, "draws its positions once"),
                                               ("randomized_alibi", "yes", "must be True, False")])
 def test_a_draw_per_layer_is_refused_in_one_line_where_it_means_nothing(kind, value, why):
-  config = config_lib.load_file(helpers.ROOT / "configs" / "dyck.py", "tiny")
+  config = configs.load_file(helpers.ROOT / "configs" / "dyck.py", "tiny")
   config.position.kind = kind
   with config.unlocked(), config.position.ignore_type():
     config.position.draw_per_layer = value
@@ -115,13 +117,13 @@ def test_attend_returns_the_true_gradient_of_a_learnable_bias():
                                    + 0.1 * jnp.einsum("bhqk,bhsk->bhqs", qh, kh) ** 2)
 
   def ours(q, k, v, w):
-    return attention.attend(q, k, v, pos, valid, causal=True, bias_fn=bias_fn(w), query_chunk=3)
+    return kernels.attend(q, k, v, pos, valid, causal=True, bias_fn=bias_fn(w), query_chunk=3)
 
   def reference(q, k, v, w):
     qh, kh, vh = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
     s = jnp.einsum("bhqk,bhsk->bhqs", qh, kh) / np.sqrt(d) + bias_fn(w)(qh, kh, pos, pos)
     mask = np.tril(np.ones((length, length), bool))[None, None] & valid[:, None, None, :]
-    out = jax.nn.softmax(jnp.where(mask, s, attention.MASKED), axis=-1) @ vh
+    out = jax.nn.softmax(jnp.where(mask, s, kernels.MASKED), axis=-1) @ vh
     return jnp.swapaxes(out, 1, 2)
 
   cot = jnp.asarray(rng.standard_normal((b, length, h, d)), jnp.float32)

@@ -1,4 +1,4 @@
-"""Absolute encodings (`bifocal_jax/positions/absolute.py`) against a float64
+"""Absolute encodings (`bifocal_jax/nn/positions/absolute.py`) against a float64
 numpy reference and the benchmark's own code (`tests/vendor/`), and the
 model's randomized positions (one sorted draw per batch)."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bifocal_jax import model as model_lib
-from bifocal_jax.positions import absolute
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.nn.positions import absolute
 from vendor import chomsky_positional_encodings as chomsky
 from vendor import randomized_positional_encodings as randomized
 

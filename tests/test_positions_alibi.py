@@ -1,14 +1,14 @@
-"""ALiBi and randomized ALiBi (`bifocal_jax/positions/alibi.py`) against a
+"""ALiBi and randomized ALiBi (`bifocal_jax/nn/positions/alibi.py`) against a
 float64 numpy reference and against the benchmark's own Haiku code
 (vendored in `tests/vendor/`)."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bifocal_jax import rope
-from bifocal_jax.positions import alibi
+from bifocal_jax.nn.positions import alibi
 from vendor import chomsky_positional_encodings as chomsky
 from vendor import randomized_positional_encodings as randomized
 
@@ -27,17 +27,17 @@ def reference(distance_fn, slopes, offset, length=L):
 
 def test_decoder_alibi_is_press_et_al():
   pos = jnp.arange(L)[None]
-  got = alibi.alibi_bias(pos, pos, rope.alibi_slopes(HEADS), offset=0.0)[0]
-  np.testing.assert_allclose(got, reference(float, rope.alibi_slopes(HEADS), 0.0), rtol=1e-6)
+  got = alibi.alibi_bias(pos, pos, alibi.alibi_slopes(HEADS), offset=0.0)[0]
+  np.testing.assert_allclose(got, reference(float, alibi.alibi_slopes(HEADS), 0.0), rtol=1e-6)
 
 
 @pytest.mark.parametrize("heads", [4, 6, 8])
 def test_encoder_alibi_equals_the_chomsky_benchmark(heads):
   pos = jnp.arange(L)[None]
-  got = alibi.alibi_bias(pos, pos, rope.alibi_slopes(heads), offset=alibi.ENCODER_OFFSET)[0]
+  got = alibi.alibi_bias(pos, pos, alibi.alibi_slopes(heads), offset=alibi.ENCODER_OFFSET)[0]
   theirs = np.asarray(chomsky.compute_alibi_encodings_biases((heads, L, L)))
   np.testing.assert_allclose(got, theirs, rtol=1e-6, atol=1e-6)
-  np.testing.assert_allclose(got, reference(float, rope.alibi_slopes(heads), 0.5), rtol=1e-6)
+  np.testing.assert_allclose(got, reference(float, alibi.alibi_slopes(heads), 0.5), rtol=1e-6)
 
 
 def test_offset_defaults(position_config):
@@ -64,10 +64,10 @@ def test_randomized_alibi_equals_their_noisy_alibi(monkeypatch):
   theirs = hk.transform(lambda: randomized.compute_noisy_alibi_encodings_biases(
       (HEADS, L, L), noise_max_length=100)).apply({}, jax.random.key(0))
   idx = jnp.arange(L)[None]
-  got = alibi.randomized_alibi_bias(idx, idx, jnp.asarray(r), rope.alibi_slopes(HEADS),
+  got = alibi.randomized_alibi_bias(idx, idx, jnp.asarray(r), alibi.alibi_slopes(HEADS),
                                     offset=0.5)[0]
   np.testing.assert_allclose(got, theirs, rtol=1e-6, atol=1e-5)
-  np.testing.assert_allclose(got, reference(lambda d: r[d], rope.alibi_slopes(HEADS), 0.5),
+  np.testing.assert_allclose(got, reference(lambda d: r[d], alibi.alibi_slopes(HEADS), 0.5),
                              rtol=1e-6, atol=1e-5)
 
 
@@ -98,3 +98,27 @@ def test_each_sequence_draws_the_distances_of_its_real_length():
   # r_{n-1}, the largest of n - 1 uniform draws from [1, M): mean ~1 + (n-1)/n (M-1),
   # sd of the mean ~3 (the first 3 of 31 draws: ~25).
   assert abs(top.mean() - (1 + (n - 1) / n * (m - 1))) < 12, top.mean()
+
+
+def test_alibi_slopes_power_of_two_and_the_interleaving_rule():
+  np.testing.assert_array_equal(alibi.alibi_slopes(8), 2.0 ** -np.arange(1, 9))
+  # Not a power of two: the slopes of the closest power below (4), then every
+  # other slope of twice that (8): 2^-1, 2^-3 (Press et al. 2022).
+  np.testing.assert_array_equal(alibi.alibi_slopes(6), 2.0 ** -np.array([2, 4, 6, 8, 1, 3]))
+  np.testing.assert_allclose(  # float32 rounding of 2^-0.5 etc.
+      alibi.alibi_slopes(12), 2.0 ** -np.r_[np.arange(1, 9), np.arange(0.5, 4, 1.0)], rtol=1e-7)
+
+
+def test_alibi_bias_is_minus_slope_times_distance():
+  positions = jnp.array([[0, 1, 5], [3, 4, 6]])
+  slopes = alibi.alibi_slopes(2)
+  bias = alibi.alibi_bias(positions, positions, slopes)
+  chex.assert_shape(bias, (2, 2, 3, 3))
+  p = np.asarray(positions)
+  expected = -slopes[None, :, None, None] * np.abs(p[:, None, :, None] - p[:, None, None, :])
+  np.testing.assert_allclose(bias, expected)
+
+
+def test_alibi_slopes_need_a_positive_head_count():
+  with pytest.raises(ValueError, match=r"num_heads.*0"):
+    alibi.alibi_slopes(0)

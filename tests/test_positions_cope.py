@@ -1,4 +1,4 @@
-"""CoPE (`bifocal_jax/positions/cope.py`) against a float64 reference written
+"""CoPE (`bifocal_jax/nn/positions/cope.py`) against a float64 reference written
 from facebookresearch/RAM `projects/cope/src/cope/context_position.py`."""
 
 import numpy as np
@@ -7,9 +7,9 @@ from flax import nnx
 
 import helpers
 import position_checks as checks
-from bifocal_jax import state as state_lib
+from bifocal_jax.training import state as state_lib
 from bifocal_jax import tasks
-from bifocal_jax.positions import cope
+from bifocal_jax.nn.positions import cope
 
 NPOS = 6  # small, so that counts are clamped within the test's 13 tokens
 

@@ -1,4 +1,4 @@
-"""FIRE (`bifocal_jax/positions/fire.py`) against a float64 reference written
+"""FIRE (`bifocal_jax/nn/positions/fire.py`) against a float64 reference written
 from mcleish7/arithmetic `cramming/architectures/embeddings.py` (class FIRE)."""
 
 import jax
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bifocal_jax import model as model_lib
-from bifocal_jax.positions import fire
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.nn.positions import fire
 
 H = 3
 

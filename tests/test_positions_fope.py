@@ -1,4 +1,4 @@
-"""FoPE (`bifocal_jax/positions/fope.py`) against a float64 reference written from
+"""FoPE (`bifocal_jax/nn/positions/fope.py`) against a float64 reference written from
 yiju-zhao/Fourier-Position-Embedding `olmo/model.py` (`FourierEmbedding`)."""
 
 import jax
@@ -9,9 +9,9 @@ from flax import nnx
 
 import helpers
 import position_checks as checks
-from bifocal_jax import state as state_lib
+from bifocal_jax.training import state as state_lib
 from bifocal_jax import tasks
-from bifocal_jax.positions import fope
+from bifocal_jax.nn.positions import fope
 
 
 MAX_LEN = 100

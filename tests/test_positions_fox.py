@@ -1,4 +1,4 @@
-"""FoX (`bifocal_jax/positions/fox.py`) against a float64 reference written from
+"""FoX (`bifocal_jax/nn/positions/fox.py`) against a float64 reference written from
 zhixuan-lin/forgetting-transformer (`ops/forgetting_attention.py`'s `test_op`,
 `ForgettingAttentionLayer`)."""
 
@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 import position_checks as checks
-from bifocal_jax.positions import fox
+from bifocal_jax.nn.positions import fox
 
 
 def reference(q, k, v, fgate_logit, valid):

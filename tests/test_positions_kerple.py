@@ -1,4 +1,4 @@
-"""KERPLE biases (`bifocal_jax/positions/kerple.py`) against float64 references
+"""KERPLE biases (`bifocal_jax/nn/positions/kerple.py`) against float64 references
 written from chijames/KERPLE `megatron/mpu/layers.py`."""
 
 import jax
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bifocal_jax import model as model_lib
-from bifocal_jax.positions import bounded
-from bifocal_jax.positions import kerple
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.nn.positions import bounded
+from bifocal_jax.nn.positions import kerple
 
 L, H = 7, 3
 
@@ -98,7 +98,7 @@ def test_bounded_params_survive_split_merge_and_checkpoints(tmp_path):
   """The bounds are tree structure, not leaves: checkpoints hold the same
   arrays under the same paths as plain `nnx.Param`s, and restore (onto the
   structure of the run's state) as `BoundedParam`s with their bounds."""
-  from bifocal_jax import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.training import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
   graphdef, params = nnx.split(kerple.KerpleBias(4, kernel="power", rngs=nnx.Rngs(0)), nnx.Param)
   plain = jax.tree.map(lambda v: nnx.Param(v[...]), params,
                        is_leaf=lambda x: isinstance(x, nnx.Variable))

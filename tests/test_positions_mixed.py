@@ -10,12 +10,13 @@ import pytest
 from flax import nnx
 
 import helpers
-from bifocal_jax import attention
-from bifocal_jax import config as config_lib
-from bifocal_jax import model as model_lib
-from bifocal_jax import positions
+from bifocal_jax.nn import attention
+from bifocal_jax.training import config as config_lib
+from bifocal_jax import configs
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.nn import positions
 from bifocal_jax import surgery
-from bifocal_jax.positions import mixed
+from bifocal_jax.nn.positions import mixed
 
 
 D, HEADS, HEAD_DIM, LENGTH = 32, 4, 8, 12
@@ -81,7 +82,7 @@ def test_config_validation():
   config.position.kind = "rope+sin_cos"
   with pytest.raises(config_lib.ConfigError, match=r"config\.position\.kind='rope\+sin_cos'"):
     config_lib.validate(config, num_devices=1)
-  config = config_lib.load_file(helpers.ROOT / "configs" / "reverse_string.py", "tiny")
+  config = configs.load_file(helpers.ROOT / "configs" / "reverse_string.py", "tiny")
   config.position.kind = "rope+fire"
   with pytest.raises(
       config_lib.ConfigError, match=r"config\.position\.kind='rope\+fire': not defined for the "

@@ -1,4 +1,4 @@
-"""PaTH attention (`bifocal_jax/positions/path.py`) against float64 references
+"""PaTH attention (`bifocal_jax/nn/positions/path.py`) against float64 references
 written from fla-org/flash-linear-attention (`fla/ops/path_attn/naive.py`,
 `fla/layers/path_attn.py`)."""
 
@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 import position_checks as checks
-from bifocal_jax.positions import path
+from bifocal_jax.nn.positions import path
 
 
 def reference_loops(q, k, v, w, beta, valid):

@@ -1,4 +1,4 @@
-"""Transformer-XL relative encodings (`bifocal_jax/positions/relative.py`)
+"""Transformer-XL relative encodings (`bifocal_jax/nn/positions/relative.py`)
 against a float64 numpy reference and the benchmark's own Haiku code
 (`tests/vendor/`), with the same parameters."""
 
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bifocal_jax.positions import absolute
-from bifocal_jax.positions import relative
+from bifocal_jax.nn import kernels
+from bifocal_jax.nn.positions import absolute
+from bifocal_jax.nn.positions import relative
 from vendor import chomsky_positional_encodings as chomsky
 from vendor import randomized_positional_encodings as randomized
 
@@ -145,19 +146,18 @@ def test_causal_attention_with_the_diagonal_form_equals_the_full_distances():
   """`attend` uses the diagonal form on the whole causal path and on the
   diagonal blocks of the blocked path: same outputs and gradients as the
   form over all `2L - 1` distances."""
-  from bifocal_jax import attention
   length = 21
   module = relative.RelativeBias(H, K, max_time=10_000.0, rngs=nnx.Rngs(3))
   rng = np.random.default_rng(2)
   q, k, v = (jnp.asarray(rng.standard_normal((B, length, H, K)), jnp.float32) for _ in range(3))
   pos = jnp.arange(length)[None]
   with_diagonal = module.bias_fn(causal=True)
-  assert attention.positions_lib.diagonal_bias_fn(with_diagonal) is not with_diagonal
+  assert kernels.diagonal_bias_fn(with_diagonal) is not with_diagonal
   full_only = lambda *args: with_diagonal(*args)  # no causal_diagonal attribute
 
   def loss(fn, chunk):
     return lambda q, k, v: jnp.sum(
-        jnp.sin(attention.attend(q, k, v, pos, causal=True, bias_fn=fn, query_chunk=chunk)))
+        jnp.sin(kernels.attend(q, k, v, pos, causal=True, bias_fn=fn, query_chunk=chunk)))
 
   for chunk in (1024, 8):  # whole, and blocks of 8 (two diagonal blocks, padded)
     want = jax.value_and_grad(loss(full_only, chunk), argnums=(0, 1, 2))(q, k, v)
@@ -229,7 +229,7 @@ def test_initialisation_scales():
 
 @pytest.mark.parametrize("kind", ["relative", "randomized_relative"])
 def test_parameters_are_per_layer(kind, position_config):
-  from bifocal_jax import model as model_lib
+  from bifocal_jax.nn import model as model_lib
   import ml_collections
   cfg = ml_collections.ConfigDict(dict(num_layers=2, d_model=16, num_heads=2, head_dim=-1,
                                        mlp_dim=16, dtype="float32"))
@@ -242,13 +242,12 @@ def test_parameters_are_per_layer(kind, position_config):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("randomized_", [False, True])
 def test_blocked_attention_reads_the_distances_of_each_block(causal, randomized_):
-  """Past `query_chunk` the keys come in blocks (`attention._blocked_attention`):
+  """Past `query_chunk` the keys come in blocks (`kernels._blocked_attention`):
   each block must see its own distances, up to `L - 1`, not those within a
   block (the reference: the whole `[L, L]` logits at once). 37 tokens in
   blocks of 8 also pads the last block."""
   if causal and randomized_:
     pytest.skip("randomized_relative is encoder-only")
-  from bifocal_jax import attention
   length = 37
   module = relative.RelativeBias(H, K, max_time=10_000.0, randomized=randomized_,
                                  max_position=200, rngs=nnx.Rngs(3))
@@ -262,7 +261,7 @@ def test_blocked_attention_reads_the_distances_of_each_block(causal, randomized_
   bias_fn = module.bias_fn(causal=causal, distances_BxL=distances)
 
   def run(chunk):
-    return attention.attend(q, k, v, pos, causal=causal, bias_fn=bias_fn, query_chunk=chunk)
+    return kernels.attend(q, k, v, pos, causal=causal, bias_fn=bias_fn, query_chunk=chunk)
 
   np.testing.assert_allclose(np.asarray(run(8)), np.asarray(run(1024)), atol=2e-5, rtol=1e-5)
   # The whole path's logits against the float64 reference (distance i - j).

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bifocal_jax import model as model_lib
-from bifocal_jax import positions
-from bifocal_jax import rope
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.nn import positions
+from bifocal_jax.nn import rope
 from vendor import randomized_positional_encodings as randomized
 
 BASE, HEAD_DIM, HEADS = 10_000.0, 16, 2

@@ -1,4 +1,4 @@
-"""Stick-breaking attention (`bifocal_jax/positions/stickbreaking.py`) against
+"""Stick-breaking attention (`bifocal_jax/nn/positions/stickbreaking.py`) against
 float64 references written from its sources: the kernel's maths and tests,
 shawntan/stickbreaking-attention (`stickbreaking_attention/sb_ref.py`,
 `tests/test_attn.py`'s `ref_fwd`: the `own_value` form), and the authors'
@@ -15,11 +15,11 @@ from flax import nnx
 
 import helpers
 import position_checks as checks
-from bifocal_jax import attention
-from bifocal_jax import config as config_lib
-from bifocal_jax import model as model_lib
-from bifocal_jax import positions
-from bifocal_jax.positions import stickbreaking
+from bifocal_jax.nn import attention
+from bifocal_jax.training import config as config_lib
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.nn import positions
+from bifocal_jax.nn.positions import stickbreaking
 
 
 def sigmoid(x):

@@ -1,4 +1,4 @@
-"""T5 relative position biases (`bifocal_jax/positions/t5.py`) against a float64
+"""T5 relative position biases (`bifocal_jax/nn/positions/t5.py`) against a float64
 reference written from flaxformer's `_relative_position_bucket`."""
 
 import math
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bifocal_jax import model as model_lib
-from bifocal_jax.positions import t5
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.nn.positions import t5
 
 
 def reference_bucket(relative, bidirectional, num_buckets=32, max_distance=128):

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import helpers
-from bifocal_jax import config as config_lib
-from bifocal_jax import positions
-from bifocal_jax import sharding as sharding_lib
-from bifocal_jax import state as state_lib
-from bifocal_jax import steps
+from bifocal_jax.training import config as config_lib
+from bifocal_jax import configs
+from bifocal_jax.nn import positions
+from bifocal_jax.training import sharding as sharding_lib
+from bifocal_jax.training import state as state_lib
+from bifocal_jax.training import steps
 from bifocal_jax.tasks import pipeline
 
 pytestmark = pytest.mark.slow
@@ -39,7 +40,7 @@ def _losses(config, num_steps):
 
 
 def _config(config_file, kind, **overrides):
-  config = config_lib.load_file(helpers.ROOT / "configs" / config_file, "tiny")
+  config = configs.load_file(helpers.ROOT / "configs" / config_file, "tiny")
   config.position.kind = kind
   config.position.max_position = 256
   config.warmup_steps, config.learning_rate = 0, 3e-3

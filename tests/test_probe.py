@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bifocal_jax import attention as attention_lib
-from bifocal_jax import config as config_lib
-from bifocal_jax import evaluate
-from bifocal_jax import model as model_lib
-from bifocal_jax import probe
-from bifocal_jax import sharding as sharding_lib
-from bifocal_jax import state as state_lib
+from bifocal_jax.nn import attention as attention_lib
+from bifocal_jax import configs
+from bifocal_jax.evaluation import evaluate
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.evaluation import probe
+from bifocal_jax.training import sharding as sharding_lib
+from bifocal_jax.training import state as state_lib
 from bifocal_jax import tasks
 from bifocal_jax import train
 
@@ -303,7 +303,7 @@ def test_class_probe_reads_one_hot_codes():
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("run"))
-  config = config_lib.load_file(os.path.join(ROOT, "configs", "dyck.py"), "tiny")
+  config = configs.load_file(os.path.join(ROOT, "configs", "dyck.py"), "tiny")
   config.buckets = (40,)
   config.steps = 10
   config.checkpoint_every = 10
@@ -393,7 +393,7 @@ def test_probe_of_a_task_without_brackets_fails_before_any_work(trained_run, tmp
 
 def test_listops_report_probes_the_open_operator(tmp_path):
   """An untrained listops_depth model: the report's operator probe and its schema."""
-  config = config_lib.load_file(os.path.join(ROOT, "configs", "listops_depth.py"), "tiny")
+  config = configs.load_file(os.path.join(ROOT, "configs", "listops_depth.py"), "tiny")
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
   mesh = sharding_lib.make_mesh(config.mesh)
   with jax.set_mesh(mesh):

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bifocal_jax import config as config_lib
-from bifocal_jax import positions
-from bifocal_jax import state
+from bifocal_jax import configs
+from bifocal_jax.nn import positions
+from bifocal_jax.training import state
 from bifocal_jax import tasks
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -18,7 +18,7 @@ import probe_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def _weights(kind: str, **position) -> dict[str, np.ndarray] | None:
-  config = config_lib.load_file("dyck", "tiny")
+  config = configs.load_file("dyck", "tiny")
   config.position.kind = kind
   config.position.update(position)
   try:

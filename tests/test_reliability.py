@@ -11,13 +11,12 @@ import numpy as np
 import pytest
 
 import helpers
-from bifocal_jax import checkpoint as checkpoint_lib
-from bifocal_jax import launch
-from bifocal_jax import sharding as sharding_lib
-from bifocal_jax import state as state_lib
-from bifocal_jax import steps
+from bifocal_jax.training import checkpoint as checkpoint_lib
 from bifocal_jax import train
-from bifocal_jax import workdir as workdir_lib
+from bifocal_jax.training import sharding as sharding_lib
+from bifocal_jax.training import state as state_lib
+from bifocal_jax.training import steps
+from bifocal_jax.training import workdir as workdir_lib
 
 pytestmark = pytest.mark.usefixtures("persistent_compiles")
 
@@ -177,7 +176,7 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_p
   poison_training_batch(monkeypatch, 13)
   workdir = tmp_path / "run"
   with pytest.raises(SystemExit) as exit_info:
-    launch.run_training(helpers.tiny_config(), str(workdir))
+    train.run_training(helpers.tiny_config(), str(workdir))
   assert exit_info.value.code == 1
   err = capsys.readouterr().err.strip()
   assert err.startswith("error: non-finite loss at step 13") and "\n" not in err
@@ -206,7 +205,7 @@ def test_workdir_of_another_config_is_refused_listing_the_keys(uninterrupted, tm
   before = sorted(str(p) for p in workdir.rglob("*"))
   config = helpers.tiny_config({"learning_rate": 1e-3, "model.num_layers": 2})
   with pytest.raises(SystemExit) as exit_info:
-    launch.run_training(config, str(workdir))
+    train.run_training(config, str(workdir))
   assert exit_info.value.code == 2
   err = capsys.readouterr().err.strip()
   assert "\n" not in err and "--overwrite" in err

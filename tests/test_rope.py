@@ -1,4 +1,4 @@
-"""The rotary core (`bifocal_jax/rope.py`) against an independent float64 reference."""
+"""The rotary core (`bifocal_jax/nn/rope.py`) against an independent float64 reference."""
 
 import functools
 import re
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bifocal_jax import rope
+from bifocal_jax.nn import rope
 
 BASE = 10_000.0
 
@@ -174,25 +174,6 @@ def test_bfloat16_in_bfloat16_out_with_float32_angles():
   assert np.max(np.abs(np.asarray(naive, np.float64) - expected)) > 0.5
 
 
-def test_alibi_slopes_power_of_two_and_the_interleaving_rule():
-  np.testing.assert_array_equal(rope.alibi_slopes(8), 2.0 ** -np.arange(1, 9))
-  # Not a power of two: the slopes of the closest power below (4), then every
-  # other slope of twice that (8): 2^-1, 2^-3 (Press et al. 2022).
-  np.testing.assert_array_equal(rope.alibi_slopes(6), 2.0 ** -np.array([2, 4, 6, 8, 1, 3]))
-  np.testing.assert_allclose(  # float32 rounding of 2^-0.5 etc.
-      rope.alibi_slopes(12), 2.0 ** -np.r_[np.arange(1, 9), np.arange(0.5, 4, 1.0)], rtol=1e-7)
-
-
-def test_alibi_bias_is_minus_slope_times_distance():
-  positions = jnp.array([[0, 1, 5], [3, 4, 6]])
-  slopes = rope.alibi_slopes(2)
-  bias = rope.alibi_bias(positions, positions, slopes)
-  chex.assert_shape(bias, (2, 2, 3, 3))
-  p = np.asarray(positions)
-  expected = -slopes[None, :, None, None] * np.abs(p[:, None, :, None] - p[:, None, None, :])
-  np.testing.assert_allclose(bias, expected)
-
-
 def test_randomized_positions_are_sorted_distinct_and_in_range():
   positions = np.asarray(randomized_positions(jax.random.key(0), (4, 16), 64))
   assert positions.shape == (4, 16) and np.issubdtype(positions.dtype, np.integer)
@@ -260,7 +241,7 @@ def test_spectral_rope_in_flax_multi_head_attention_equals_flax_rope():
 
 
 def test_per_head_spectral_rope_shapes_and_heads():
-  module = rope.PerHeadSpectralRoPE(BASE, 8, num_heads=3)
+  module = rope.SpectralRoPE(BASE, 8, num_heads=3)
   chex.assert_shape(module.log_frequency[...], (3, 4))
   module.log_frequency[...] = jnp.log(random_spectrum(0, (3, 4)))
   x = normal(1, (2, 5, 3, 8))
@@ -361,7 +342,7 @@ def test_modules_keep_bfloat16(module):
   if module == "spectral":
     out = call(rope.SpectralRoPE(BASE, 8), x[:, :, 0])
   elif module == "per_head":
-    out = call(rope.PerHeadSpectralRoPE(BASE, 8, num_heads=2), x)
+    out = call(rope.SpectralRoPE(BASE, 8, num_heads=2), x)
   else:
     out = call(rope.BifocalRoPE(BASE, 8, num_heads=2), x)
   chex.assert_type(out, jnp.bfloat16)
@@ -394,7 +375,6 @@ def test_modules_keep_bfloat16(module):
      r"init_frequencies.*\(2, 4\)"),
     (lambda: rope.BifocalRoPE(BASE, 8, num_heads=2, init_frequencies=jnp.zeros(4)),
      r"init_frequencies"),
-    (lambda: rope.alibi_slopes(0), r"num_heads.*0"),
     (lambda: rope.randomized_positions(jax.random.key(0), (2, 9), 8), r"max_position.*8"),
 ])
 def test_bad_module_arguments_raise(make, match):
@@ -416,7 +396,7 @@ def test_mismatched_module_positions_and_heads_raise():
   with pytest.raises(ValueError, match=r"input_positions.*\(7,\)"):
     rope.SpectralRoPE(BASE, 4)(jnp.zeros((2, 8, 4)), jnp.arange(7))
   with pytest.raises(ValueError, match=r"positions.*\(2, 7\)"):
-    rope.PerHeadSpectralRoPE(BASE, 4, num_heads=2)(jnp.zeros((2, 8, 2, 4)), jnp.zeros((2, 7)))
+    rope.SpectralRoPE(BASE, 4, num_heads=2)(jnp.zeros((2, 8, 2, 4)), jnp.zeros((2, 7)))
   with pytest.raises(ValueError, match=r"frequencies.*3 heads.*2"):
     rope.apply_rope(jnp.zeros((1, 8, 2, 4)), jnp.arange(8), jnp.ones((3, 2)))
   with pytest.raises(ValueError, match=r"3 pairs.*head_dim is 4"):

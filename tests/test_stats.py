@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from bifocal_jax import stats
+from bifocal_jax.evaluation import stats
 
 
 def test_bootstrap_interval_of_a_proportion_matches_the_binomial_one():

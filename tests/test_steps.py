@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import helpers
-from bifocal_jax import sharding as sharding_lib
-from bifocal_jax import state as state_lib
-from bifocal_jax import steps
-from bifocal_jax.positions import kerple
+from bifocal_jax.training import sharding as sharding_lib
+from bifocal_jax.training import state as state_lib
+from bifocal_jax.training import steps
+from bifocal_jax.nn.positions import kerple
 from bifocal_jax.tasks import pipeline
 
 

@@ -9,8 +9,9 @@ import optax
 import pytest
 from flax import nnx
 
-from bifocal_jax import attention, optim, surgery
-from bifocal_jax.rope import BifocalRoPE, GeometricRoPE, SpectralFrequency, SpectralRoPE
+from bifocal_jax.nn import attention, optim
+from bifocal_jax import surgery
+from bifocal_jax.nn.rope import BifocalRoPE, GeometricRoPE, SpectralFrequency, SpectralRoPE
 
 HEADS, HEAD_DIM, SEQ = 2, 8, 5
 FEATURES = HEADS * HEAD_DIM

@@ -21,7 +21,7 @@ import numpy as np
 import optax
 import pytest
 
-from bifocal_jax import linen, optim, rope
+from bifocal_jax.nn import linen, optim, rope
 from bifocal_jax.surgery.gemma_linen import SpectralGemma, merge_params
 
 

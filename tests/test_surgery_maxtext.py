@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from bifocal_jax import apply_rope, surgery
-from bifocal_jax.rope import SpectralFrequency
+from bifocal_jax.nn.rope import SpectralFrequency
 from bifocal_jax.surgery import maxtext_rope
 import maxtext_embeddings
 

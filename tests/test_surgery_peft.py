@@ -17,7 +17,7 @@ import pytest
 from flax import nnx
 
 from bifocal_jax import surgery
-from bifocal_jax.rope import SpectralFrequency
+from bifocal_jax.nn.rope import SpectralFrequency
 from bifocal_jax.surgery import tunix_models
 
 try:

@@ -14,8 +14,9 @@ import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
-from bifocal_jax import optim, surgery
-from bifocal_jax.rope import SpectralFrequency
+from bifocal_jax.nn import optim
+from bifocal_jax import surgery
+from bifocal_jax.nn.rope import SpectralFrequency
 from bifocal_jax.surgery import tunix_models
 
 try:

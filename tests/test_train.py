@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 import helpers
-from bifocal_jax import analysis
+from bifocal_jax.evaluation import spectrum
 from bifocal_jax import geometric_frequencies
-from bifocal_jax import model as model_lib
-from bifocal_jax import state as state_lib
-from bifocal_jax import steps
+from bifocal_jax.nn import model as model_lib
+from bifocal_jax.training import state as state_lib
+from bifocal_jax.training import steps
 from bifocal_jax import train
-from bifocal_jax import workdir as workdir_lib
+from bifocal_jax.training import workdir as workdir_lib
 
 pytestmark = pytest.mark.usefixtures("persistent_compiles")
 
@@ -80,7 +80,7 @@ def test_evaluates_every_eval_every_steps_where_log_every_does_not_divide_them(t
 
 def test_trajectory_starts_geometric_stays_through_the_freeze_then_evolves(bifocal_run):
   workdir, config, _ = bifocal_run
-  steps, frequencies = analysis.load_trajectory(workdir)
+  steps, frequencies = spectrum.load_trajectory(workdir)
   np.testing.assert_array_equal(steps, np.arange(0, 31, 5))
   _, heads, head_dim, _ = model_lib.resolved_dims(config.model)
   geometric = geometric_frequencies(head_dim, config.position.base)
@@ -101,7 +101,7 @@ def test_trajectory_starts_geometric_stays_through_the_freeze_then_evolves(bifoc
 def test_spectral_frequencies_evolve_and_fixed_rope_has_an_empty_trajectory(kind, tmp_path):
   overrides = {"position.kind": kind, "steps": 10, "spectral.freeze_steps": 0}
   train.train_and_evaluate(helpers.tiny_config(overrides), str(tmp_path))
-  steps, frequencies = analysis.load_trajectory(str(tmp_path))
+  steps, frequencies = spectrum.load_trajectory(str(tmp_path))
   drift = [r["spectral_drift"] for r in helpers.read_metrics(tmp_path)]
   if kind == "rope":
     assert frequencies.size == 0
@@ -148,10 +148,10 @@ MESHES = {"data4_model2": dict(data=4, fsdp=1, model=2), "fsdp8": dict(data=1, f
 SHARDED_RUNS = """
 import os, sys
 import helpers
-from bifocal_jax import state as state_lib
-from bifocal_jax import steps
+from bifocal_jax.training import state as state_lib
+from bifocal_jax.training import steps
 from bifocal_jax import train
-from bifocal_jax import workdir as workdir_lib
+from bifocal_jax.training import workdir as workdir_lib
 assert len(__import__("jax").devices()) == 8
 stop = helpers.SignalAfter(20, "TERM")  # stop (checkpointed) after step 20
 for name, mesh in {meshes}.items():
@@ -196,9 +196,11 @@ def test_checkpoint_of_eight_devices_resumes_on_one(sharded_runs, bifocal_run, c
 def test_loss_covers_loss_mask_and_accuracy_the_scored_positions():
   # stack_manipulation: their loss trains on the padding after END, their
   # accuracy does not score it; one length per batch of fresh examples.
-  from bifocal_jax import config as config_lib, sharding, tasks  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import configs  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.training import config as config_lib, sharding  # pylint: disable=g-import-not-at-top
+  from bifocal_jax import tasks
   from bifocal_jax.tasks import pipeline  # pylint: disable=g-import-not-at-top
-  config = config_lib.load_file(os.path.join(helpers.ROOT, "configs", "stack_manipulation.py"),
+  config = configs.load_file(os.path.join(helpers.ROOT, "configs", "stack_manipulation.py"),
                                 "tiny")
   config.data.examples, config.data.lengths = "fresh", "per_batch"
   config_lib.validate(config, num_devices=jax.device_count())

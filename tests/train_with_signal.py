@@ -7,20 +7,16 @@ a KILL lands during the asynchronous save; at other steps, once the earlier
 saves are complete (`helpers.SignalAfter`).
 """
 
-import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from bifocal_jax import host  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax import machine  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # First: this may re-execute the command line (the host allocator), and the
 # re-executed process must see the STEP:NAME argument too.
-host.use_tuned_allocator()
+machine.use_tuned_allocator()
 
 import helpers  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax.cli import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax import train  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 if __name__ == "__main__":
   hook = helpers.SignalAfter.parse(sys.argv.pop(1))

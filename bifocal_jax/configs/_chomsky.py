@@ -6,7 +6,7 @@ Not a config of its own (its name starts with `_`): each task's file calls
 
 import ml_collections
 
-from bifocal_jax import config as config_lib
+from bifocal_jax.training import config as config_lib
 
 
 def get_config(task_name: str, arg: str | None = None) -> ml_collections.ConfigDict:
@@ -15,7 +15,7 @@ def get_config(task_name: str, arg: str | None = None) -> ml_collections.ConfigD
   Variants: default (a CPU-sized run, test lengths 41..500 of Deletang et al.),
   `tiny` (tests), `paper` (their protocol: 5 layers, width 64, 8 heads, batch
   128, for an accelerator). On an accelerator, train several seeds and
-  learning rates at once (`bifocal_jax/population.py`), e.g.
+  learning rates at once (`bifocal_jax/training/population.py`), e.g.
   `--config.population.seeds='(0, 1, 2, 3)' --config.population.learning_rates='(1e-3, 3e-4)'`.
   """
   c = config_lib.base_config(task_name)

@@ -35,7 +35,7 @@ MIN and MAX only with the 2-layer model (the same command with
 `listops_depth` task (issue 30: the 2-layer model where it learns the task).
 """
 
-from bifocal_jax import config as config_lib
+from bifocal_jax.training import config as config_lib
 
 
 def get_config(task_name: str, arg=None):

@@ -15,7 +15,7 @@ Variants (`:arg`): default (the `make demo` run: a few minutes on a 2-core CPU),
 `tiny` (tests: seconds), `paper` (accelerator-sized: 5 layers, width 256).
 """
 
-from bifocal_jax import config as config_lib
+from bifocal_jax.training import config as config_lib
 
 
 def get_config(arg=None):

@@ -36,8 +36,8 @@ from typing import Any, Literal
 import jax.numpy as jnp
 from flax import nnx
 
-from bifocal_jax import attention as attention_lib
-from bifocal_jax.rope import BifocalRoPE, GeometricRoPE, SpectralRoPE, apply_rope
+from bifocal_jax.nn import attention as attention_lib
+from bifocal_jax.nn.rope import BifocalRoPE, GeometricRoPE, SpectralRoPE, apply_rope
 from bifocal_jax.surgery import maxtext_rope, tunix_models
 
 FIXED_ROPES = (nnx.RoPE, GeometricRoPE)
@@ -214,7 +214,7 @@ def spectralize(
 
   Per-head and bifocal spectra change how a rope is called, so they are
   allowed only where this module controls the call: attention partials, and
-  the `rope` of `bifocal_jax.attention.Attention`. Elsewhere a rope keeps its
+  the `rope` of `bifocal_jax.nn.attention.Attention`. Elsewhere a rope keeps its
   call convention `rope(x, input_positions)` with a shared spectrum.
 
   Raises:

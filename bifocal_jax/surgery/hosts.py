@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bifocal_jax.rope import SpectralFrequency
+from bifocal_jax.nn.rope import SpectralFrequency
 
 RATIO_NAME = "log_frequency_ratio"
 

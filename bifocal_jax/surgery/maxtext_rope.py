@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bifocal_jax.rope import SpectralFrequency
+from bifocal_jax.nn.rope import SpectralFrequency
 
 MODULE = "maxtext.layers.embeddings"
 TIMESCALE = ("RotaryEmbedding", "PartialRotaryEmbedding", "Gemma4PartialRotaryEmbedding",

@@ -38,8 +38,8 @@ import optax
 from absl import logging
 from flax import nnx
 
-from bifocal_jax import optim
-from bifocal_jax.rope import SpectralFrequency
+from bifocal_jax.nn import optim
+from bifocal_jax.nn.rope import SpectralFrequency
 from bifocal_jax.surgery import tunix_models
 
 peft_trainer = tunix_models.import_tunix("tunix.sft.peft_trainer")

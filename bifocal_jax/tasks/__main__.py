@@ -24,7 +24,7 @@ import json
 from absl import app, flags
 from ml_collections import config_flags
 
-from bifocal_jax import launch
+from bifocal_jax import cli
 from bifocal_jax import tasks
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -60,4 +60,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=launch.flags_parser(_CONFIG))
+  app.run(main, flags_parser=cli.flags_parser(_CONFIG))

@@ -3,7 +3,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bifocal_jax import linen, optim
+from bifocal_jax import linen
+from bifocal_jax.nn import optim
 
 
 class Attention(nn.Module):

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from bifocal_jax import SpectralFrequency, optim, surgery
+from bifocal_jax import SpectralFrequency, surgery
+from bifocal_jax.nn import optim
 
 # Any NNX model with a fixed RoPE, here as the Flax documentation builds it.
 rope = nnx.RoPE(embedding_size=16, max_seq_len=128)
