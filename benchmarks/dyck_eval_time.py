@@ -32,7 +32,7 @@ machine.use_tuned_allocator()  # as eval.py: see bifocal_jax/machine.py
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from bifocal_jax.evaluation import evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.evaluation import evaluator as evaluator_lib
 from bifocal_jax.training import sharding, state
 from bifocal_jax.tasks.external import published  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -66,7 +66,7 @@ def evaluate_files(kernel: str, config_path: str, files: list[str]) -> dict:
   start_all = time.perf_counter()
   with jax.set_mesh(mesh), baseline_attention.use_baseline(kernel == "baseline"):
     s, train_state = state.setup(config, mesh)
-    evaluator = evaluate.Evaluator(s)
+    evaluator = evaluator_lib.Evaluator(s)
     setup_seconds = time.perf_counter() - start_all
     for path in files:
       start = time.perf_counter()

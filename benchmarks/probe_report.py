@@ -114,12 +114,12 @@ def head_eyes(summary: dict) -> list[list[str]] | None:
 def _eyes_of_config(config_spec: str, overrides_json: str) -> list[list[str]]:
   # Shapes only (`nnx.eval_shape`): the eyes are static module attributes.
   from flax import nnx  # pylint: disable=g-import-not-at-top
-  from bifocal_jax.evaluation import probe  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.evaluation import attention_trace
   from bifocal_jax.training import state
   from bifocal_jax import tasks
   config = extrapolation_runs.load_config(config_spec, json.loads(overrides_json))
   model = nnx.eval_shape(lambda: state.build_model(config, tasks.get_task(config.task)))
-  return [probe.head_eyes(block.attn) for block in model.blocks]
+  return [attention_trace.head_eyes(block.attn) for block in model.blocks]
 
 
 def position_kind(summary: dict) -> str | None:

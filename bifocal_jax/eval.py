@@ -89,6 +89,7 @@ def main(argv):
   from bifocal_jax.evaluation import compare  # pylint: disable=g-import-not-at-top
   from bifocal_jax.evaluation import budget_batches  # pylint: disable=g-import-not-at-top
   from bifocal_jax.evaluation import evaluate  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.evaluation import evaluator
   cli.quiet_library_logs()
   extra = argv[1:]
   if _COMPARE.value is not None:
@@ -102,8 +103,8 @@ def main(argv):
   options = dict(
       splits=_SPLITS.value, num_examples=_NUM_EXAMPLES.value, dyck_files=_DYCK_FILE.value,
       spectrum=_SPECTRUM.value, probe=_PROBE.value, probe_examples=_PROBE_EXAMPLES.value,
-      che=_CHE.value, che_protocol=evaluate.CheProtocol(stride=_CHE_STRIDE.value,
-                                                        per_length=_CHE_PER_LENGTH.value),
+      che=_CHE.value, che_protocol=evaluator.CheProtocol(stride=_CHE_STRIDE.value,
+                                                         per_length=_CHE_PER_LENGTH.value),
       memory_budget=(budget_batches.DEFAULT_MEMORY_BUDGET
                      if _MEMORY_BUDGET_MB.value is None else _MEMORY_BUDGET_MB.value << 20),
       max_batch_size=_BATCH_SIZE.value, data_dir=_DATA_DIR.value)

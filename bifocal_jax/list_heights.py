@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bifocal_jax.evaluation import evaluate, probe
+from bifocal_jax.evaluation import evaluator
 from bifocal_jax import labelled_counts
 
 LABELS = ("height", "level", "sibling")
@@ -58,7 +59,7 @@ def score_run(run: evaluate.Run, split: str, *, num_examples: int | None = None)
                      "(needs listops_depth)")
   vocab = probe.brackets(setup.task)
 
-  class_ids = jnp.asarray(evaluate.class_ids(setup.task))
+  class_ids = jnp.asarray(evaluator.class_ids(setup.task))
 
   @jax.jit
   def predict(params, inputs, valid):

@@ -47,7 +47,7 @@ from absl import logging
 from bifocal_jax import cli
 from bifocal_jax import machine
 from bifocal_jax import tasks
-from bifocal_jax.evaluation import evaluate
+from bifocal_jax.evaluation import evaluator as evaluator_lib
 from bifocal_jax.training import atomic_files
 from bifocal_jax.training import checkpoint as checkpoint_lib
 from bifocal_jax.training import config as config_lib
@@ -98,7 +98,7 @@ def _train(config, workdir, task, mesh, ckpt, source, hooks) -> dict:
   is_main = jax.process_index() == 0
   if is_main:
     workdir_lib.truncate_metrics(workdir, start)
-  evaluator = evaluate.Evaluator(s)
+  evaluator = evaluator_lib.Evaluator(s)
   writer = metrics_lib.MetricWriter(workdir, enabled=is_main, start_step=start)
 
   def log(step, window, rates, state, *, with_valid):
@@ -155,7 +155,7 @@ def _precompile(config, task, s, train_step, evaluator, state):
   }, key_fn=steps.batch_width)
 
 
-def _evaluate_valid(evaluator: evaluate.Evaluator, state, config) -> dict:
+def _evaluate_valid(evaluator: evaluator_lib.Evaluator, state, config) -> dict:
   results = evaluator.split(state["params"], "valid", num_examples=config.eval_examples)
   return {f"valid_{k}": results[k] for k in VALID_METRICS if k in results}
 
@@ -209,7 +209,7 @@ class _MemberLogs:
         metrics_lib.MetricWriter(population.member_dir(workdir, m.index), start_step=start)
         for m in pop.members
     ]
-    first = evaluate.Evaluator(pop.member_setup(0))
+    first = evaluator_lib.Evaluator(pop.member_setup(0))
     self.evaluators = [first.for_setup(pop.member_setup(i)) for i in range(pop.size)]
     self.schedules = pop.schedules
     self.frozen = population.nonfinite_members(state)  # reported before a resume

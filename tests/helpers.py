@@ -34,13 +34,14 @@ def untrained_run(config_file: str):
   import jax  # pylint: disable=g-import-not-at-top
   import ml_collections  # pylint: disable=g-import-not-at-top
   from bifocal_jax.evaluation import evaluate  # pylint: disable=g-import-not-at-top
+  from bifocal_jax.evaluation import evaluator
   from bifocal_jax.training import sharding, state
   config = configs.load_file(str(ROOT / "configs" / config_file), "tiny")
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1))
   mesh = sharding.make_mesh(config.mesh)
   with jax.set_mesh(mesh):
     setup, params_state = state.setup(config, mesh)
-  return evaluate.Run("", config, evaluate.Evaluator(setup), params_state["params"], 0)
+  return evaluate.Run("", config, evaluator.Evaluator(setup), params_state["params"], 0)
 
 
 def tiny_config(overrides: dict | None = None, config_file: str = "dyck.py"):

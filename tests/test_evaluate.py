@@ -17,6 +17,7 @@ from bifocal_jax import configs
 from bifocal_jax.evaluation import budget_batches
 from bifocal_jax.evaluation import report as eval_report
 from bifocal_jax.evaluation import evaluate
+from bifocal_jax.evaluation import evaluator
 from bifocal_jax.training import metrics
 from bifocal_jax import tasks
 from bifocal_jax import train
@@ -305,7 +306,7 @@ def predictor_counts(targets, mask, key):
 
 def score_predictor(batches, name):
   keys = iter(jax.random.split(jax.random.key(0), len(batches)))
-  return evaluate.score_batches(
+  return evaluator.score_batches(
       batches, lambda b: predictor_counts(b["targets"], b["mask"], next(keys))[name])
 
 
@@ -358,7 +359,7 @@ def reverse_string_run(tmp_path_factory):
 
 def test_che_protocol_scores_every_length_and_averages_them(reverse_string_run, tmp_path):
   run = reverse_string_run
-  protocol = evaluate.CheProtocol(stride=3, per_length=5)
+  protocol = evaluator.CheProtocol(stride=3, per_length=5)
   r = evaluate.evaluate(run, che_protocol=protocol, **quiet(out=str(tmp_path / "r.json")))
   # The protocol replaces sampling test_length; valid is scored on its own.
   assert set(r["splits"]) == {"valid", "che"}
@@ -379,4 +380,4 @@ def test_che_protocol_scores_every_length_and_averages_them(reverse_string_run, 
   again = run.evaluator.che_protocol(run.params, protocol)
   assert again["by_length"] == che["by_length"]
   with pytest.raises(ValueError, match="draws no examples at a given length"):
-    evaluate.CheProtocol().check(tasks.get_task(tiny_config().task))  # Dyck
+    evaluator.CheProtocol().check(tasks.get_task(tiny_config().task))  # Dyck

@@ -15,6 +15,7 @@ import pytest
 import helpers
 from bifocal_jax import configs
 from bifocal_jax.evaluation import evaluate as evaluate_lib
+from bifocal_jax.evaluation import evaluator
 from bifocal_jax import tasks
 from bifocal_jax import train
 from bifocal_jax.tasks import listops
@@ -120,8 +121,8 @@ def test_every_target_matches_a_stack_machine_and_splits_hold_their_bounds(name,
 def test_vocabulary_and_argmax_over_the_ten_digits():
   task = make_task("listops_depth")
   assert task.vocab == ("<pad>", *"0123456789", "[MIN", "[MAX", "[MED", "[SM", "]")
-  assert task.causal and evaluate_lib.class_ids(task) == tuple(range(1, 11))
-  assert evaluate_lib.close_ids(task) is None
+  assert task.causal and evaluator.class_ids(task) == tuple(range(1, 11))
+  assert evaluator.close_ids(task) is None
 
 
 def test_both_tasks_answer_the_same_expression_alike():

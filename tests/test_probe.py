@@ -20,6 +20,7 @@ from bifocal_jax import configs
 from bifocal_jax.evaluation import evaluate
 from bifocal_jax.nn import model as model_lib
 from bifocal_jax.evaluation import probe
+from bifocal_jax.evaluation import attention_trace
 from bifocal_jax.training import sharding as sharding_lib
 from bifocal_jax.training import state as state_lib
 from bifocal_jax import tasks
@@ -142,7 +143,7 @@ def test_trace_reproduces_the_models_logits(position_config, kind):
   model = build_model(position_config, kind)
   tokens, valid = random_batch()
   rng = jax.random.key(5)  # the randomized kinds draw their positions from it
-  out = probe.trace(model, tokens, valid, rng=rng)
+  out = attention_trace.trace(model, tokens, valid, rng=rng)
   assert out["residuals"].shape == (3, 2, 20, 16)
   np.testing.assert_allclose(out["logits"], model(tokens, valid, rng=rng), atol=1e-5, rtol=1e-5)
   # the stream does change from block to block
@@ -164,7 +165,7 @@ def test_weights_times_values_reproduce_the_attention_output(position_config, ki
   # Layer 1's draw (randomized_alibi draws anew in every layer, as its source).
   positions, distances = (model_lib.layer_input(x, 1) for x in model.draw(tokens, valid, rng, False))
   block = model.blocks[1]
-  x = probe.trace(model, tokens, valid, rng=rng)["residuals"][1]
+  x = attention_trace.trace(model, tokens, valid, rng=rng)["residuals"][1]
   h = block.ln_attn(x)
   attn = block.attn
   if kind.startswith("bifocal") or kind == "spectral+alibi":  # trained-looking spectra
@@ -181,7 +182,7 @@ def test_weights_times_values_reproduce_the_attention_output(position_config, ki
     sb = attn.position
     for seed, p in enumerate((sb.head_bias_HxK, sb.norm_scale_HxK, sb.norm_bias_HxK)):
       p[...] = p[...] + jax.random.normal(jax.random.key(10 + seed), p.shape)
-  w = probe.attention_weights(attn, h, positions, valid, shared=model.position,
+  w = attention_trace.attention_weights(attn, h, positions, valid, shared=model.position,
                               distances_BxL=distances)
   assert w.shape == (2, 4, 20, 20)
   if to_no_key:  # the remainder 1 - sum_j A_ij goes to no key
@@ -201,7 +202,7 @@ def test_weights_times_values_reproduce_the_attention_output(position_config, ki
   # The trace picks each head's weight on the given key positions.
   match = np.full((2, 20), -1)
   match[0, 7], match[1, 12] = 3, 0
-  masses = probe.trace(model, tokens, valid, rng=rng, match_BxL=jnp.asarray(match))["match_mass"]
+  masses = attention_trace.trace(model, tokens, valid, rng=rng, match_BxL=jnp.asarray(match))["match_mass"]
   np.testing.assert_allclose(masses[1, 0, :, 7], w[0, :, 7, 3], atol=1e-6)
   np.testing.assert_allclose(masses[1, 1, :, 12], w[1, :, 12, 0], atol=1e-6)
   assert float(jnp.abs(masses[1, 0, :, 8]).max()) == 0.0
@@ -214,16 +215,16 @@ def test_data_dependent_weights_are_what_their_attention_does_to_any_values(posi
   # a kind with a written-out softmax the same read-off gives those weights.
   model = build_model(position_config, kind)
   tokens, valid = random_batch(1, length=21)  # 21 keys: the last one-hot block overhangs
-  x = probe.trace(model, tokens, valid)["residuals"][1]
+  x = attention_trace.trace(model, tokens, valid)["residuals"][1]
   attn = model.blocks[1].attn
   h = model.blocks[1].ln_attn(x)
   positions, _ = model.draw(tokens, valid, None, False)
-  w = probe.attention_weights(attn, h, positions, valid)
+  w = attention_trace.attention_weights(attn, h, positions, valid)
   qkv = jnp.einsum("bld,dthk->tblhk", h, attn.qkv_DxTxHxK[...])
   for seed in (0, 1):
     v = jax.random.normal(jax.random.key(seed), qkv.shape[1:])
     theirs = attention_lib.attend_heads(h, qkv.at[2].set(v), positions, valid, rope=attn.rope,
-                                        position=probe.values_part(attn.position),
+                                        position=attention_trace.values_part(attn.position),
                                         interface=attn.interface,
                                         shared=None, causal=True, query_chunk=1024)
     np.testing.assert_allclose(jnp.einsum("bhqs,bshk->bqhk", w, v)[valid.astype(bool)],
@@ -234,19 +235,19 @@ def test_basis_values_read_the_written_out_softmax(position_config):
   model = build_model(position_config, "alibi")
   tokens, valid = random_batch(1)
   attn = model.blocks[0].attn
-  h = model.blocks[0].ln_attn(probe.trace(model, tokens, valid)["residuals"][0])
+  h = model.blocks[0].ln_attn(attention_trace.trace(model, tokens, valid)["residuals"][0])
   positions, _ = model.draw(tokens, valid, None, False)
   qkv = jnp.einsum("bld,dthk->tblhk", h, attn.qkv_DxTxHxK[...])
-  read = probe.weights_from_basis_values(h, qkv, positions, valid, rope=None,
+  read = attention_trace.weights_from_basis_values(h, qkv, positions, valid, rope=None,
                                          position=attn.position, interface=attn.interface,
                                          shared=None, causal=True, query_chunk=1024)
-  written = probe.attention_weights(attn, h, positions, valid)
+  written = attention_trace.attention_weights(attn, h, positions, valid)
   rows = valid.astype(bool)[:, None, :, None]  # valid queries
   np.testing.assert_allclose(jnp.where(rows, read, 0), jnp.where(rows, written, 0), atol=1e-6)
 
 
 def test_head_eyes(position_config):
-  eyes = lambda kind, **o: probe.head_eyes(build_model(position_config, kind, **o).blocks[0].attn)
+  eyes = lambda kind, **o: attention_trace.head_eyes(build_model(position_config, kind, **o).blocks[0].attn)
   assert eyes("bifocal") == ["geometric", "geometric", "spectral", "spectral"]
   assert eyes("bifocal", spectral_heads=1) == ["geometric"] * 3 + ["spectral"]
   assert eyes("bifocal", split="pairs") == ["pairs"] * 4

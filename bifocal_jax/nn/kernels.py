@@ -129,33 +129,10 @@ def _blocked_attention(q, k, v, positions_BxL, valid_BxL, *, causal: bool, bias_
     q_scaled = q_BxHxQxK * scale
 
     def step(diagonal: bool):
-      block_bias_fn = diagonal_bias_fn(bias_fn) if diagonal else bias_fn
-
-      def fn(carry, j, k_j, v_j, k_pos, valid_j):
-        del j
-        m, l, o = carry
-        scores = jnp.einsum("bhqk,bhsk->bhqs", q_scaled, k_j, preferred_element_type=jnp.float32)
-        if bias_fn is not None:
-          scores = scores + block_bias_fn(q_BxHxQxK, k_j, q_pos, k_pos).astype(jnp.float32)
-        mask = None
-        if diagonal:
-          mask = (jnp.arange(block)[:, None] >= jnp.arange(block)[None, :])[None, None]
-        if needs_valid:
-          mask = valid_j[:, None, None, :] if mask is None else mask & valid_j[:, None, None, :]
-        if mask is not None:
-          scores = scores + jnp.where(mask, 0.0, MASKED).astype(jnp.float32)
-        # The block's own softmax first (one fused kernel on XLA:CPU), then
-        # the merge into the running statistics ([Q, K]-sized work).
-        m_j = jnp.max(scores, axis=-1, keepdims=True)
-        e = jnp.exp(scores - m_j)
-        l_j = jnp.sum(e, axis=-1, keepdims=True)
-        o_j = jnp.einsum("bhqs,bhsk->bhqk", e.astype(v_j.dtype), v_j,
-                         preferred_element_type=jnp.float32)
-        m_new = jnp.maximum(m, m_j)
-        c, c_j = jnp.exp(m - m_new), jnp.exp(m_j - m_new)
-        return m_new, l * c + l_j * c_j, o * c + o_j * c_j
-
-      return fn
+      return lambda carry, j, k_j, v_j, k_pos, valid_j: _merge_key_block(
+          carry, q_BxHxQxK, q_scaled, q_pos, k_j, v_j, k_pos, valid_j
+          if needs_valid else None, bias_fn=diagonal_bias_fn(bias_fn)
+          if diagonal and bias_fn is not None else bias_fn, diagonal=diagonal)
 
     def skip(carry, *_):
       return carry
@@ -177,6 +154,34 @@ def _blocked_attention(q, k, v, positions_BxL, valid_BxL, *, causal: bool, bias_
   out = jax.lax.map(query_block, (jnp.arange(n), blocks(q, 2), pos_blocks))
   # [n, B, H, block, K] -> [B, H, n * block, K]
   return jnp.moveaxis(out, 0, 2).reshape(b, h, n * block, head_dim)[:, :, :length]
+
+
+def _merge_key_block(carry, q_BxHxQxK, q_scaled, q_pos, k_j, v_j, k_pos, valid_j, *, bias_fn,
+                     diagonal: bool):
+  """One key block's scores merged into the running `(max, sum, output)` of
+  an online softmax; `diagonal`: the block on the causal diagonal (masked
+  within), `valid_j`: the keys' padding mask or None."""
+  m, l, o = carry
+  block = k_j.shape[2]
+  scores = jnp.einsum("bhqk,bhsk->bhqs", q_scaled, k_j, preferred_element_type=jnp.float32)
+  if bias_fn is not None:
+    scores = scores + bias_fn(q_BxHxQxK, k_j, q_pos, k_pos).astype(jnp.float32)
+  mask = None
+  if diagonal:
+    mask = (jnp.arange(block)[:, None] >= jnp.arange(block)[None, :])[None, None]
+  if valid_j is not None:
+    mask = valid_j[:, None, None, :] if mask is None else mask & valid_j[:, None, None, :]
+  if mask is not None:
+    scores = scores + jnp.where(mask, 0.0, MASKED).astype(jnp.float32)
+  # The block's own softmax first (one fused kernel on XLA:CPU), then
+  # the merge into the running statistics ([Q, K]-sized work).
+  m_j = jnp.max(scores, axis=-1, keepdims=True)
+  e = jnp.exp(scores - m_j)
+  l_j = jnp.sum(e, axis=-1, keepdims=True)
+  o_j = jnp.einsum("bhqs,bhsk->bhqk", e.astype(v_j.dtype), v_j, preferred_element_type=jnp.float32)
+  m_new = jnp.maximum(m, m_j)
+  c, c_j = jnp.exp(m - m_new), jnp.exp(m_j - m_new)
+  return m_new, l * c + l_j * c_j, o * c + o_j * c_j
 
 
 def _mask_bias(q_offset, q_len: int, k_len: int, valid_BxS, causal: bool):

@@ -199,11 +199,6 @@ def _check_model_and_position(config, task) -> int:
     _fail("position.layout", position.layout, "must be 'half' or 'interleaved'")
   if not 0 < position.rotary_fraction <= 1:
     _fail("position.rotary_fraction", position.rotary_fraction, "must be in (0, 1]")
-  if position.kind == "bifocal":
-    try:
-      attention.spectral_eyes(position, num_heads=heads, head_dim=head_dim)
-    except ValueError as e:
-      _reraise(e)
   if scheme.randomized:
     longest = max(task.max_sequence_length(s) for s in task.split_names)
     if position.max_position < longest:

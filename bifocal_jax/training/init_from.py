@@ -15,7 +15,7 @@ from __future__ import annotations
 import ml_collections
 from flax import nnx
 
-from bifocal_jax.nn import attention
+from bifocal_jax.nn import positions
 from bifocal_jax.training import checkpoint as checkpoint_lib
 from bifocal_jax.training import config as config_lib
 from bifocal_jax.nn import model as model_lib
@@ -24,7 +24,7 @@ from bifocal_jax import surgery
 from bifocal_jax import tasks
 from bifocal_jax.training import workdir as workdir_lib
 
-TARGET_KINDS = ("spectral", "bifocal", "rope")
+TARGET_KINDS = tuple(k for k in positions.POSITION_KINDS if positions.get(k).from_rope is not None)
 _SIZES = ("num_layers", "d_model", "num_heads", "head_dim", "mlp_dim")
 
 
@@ -88,15 +88,10 @@ def load_params(config, source: ml_collections.ConfigDict, mesh):
   with checkpoint_lib.Checkpointer.read_only(config.init_from) as ckpt:
     _, state, _ = ckpt.restore_latest(src_setup.abstract_state)
   model = src_setup.model(state["params"])
-  position = config.position
-  if position.kind == "rope":
-    pass  # the control arm: the same parameters, continued
-  elif position.kind == "spectral":
-    surgery.spectralize(model, per_head=True)
-  else:  # bifocal: the same eyes `attention.make_rope` builds from these keys
-    num_heads, head_dim = model_lib.resolved_dims(config.model)[1:3]
-    spectral_heads, spectral_pairs = attention.spectral_eyes(position, num_heads=num_heads,
+  num_heads, head_dim = model_lib.resolved_dims(config.model)[1:3]
+  # The same eyes `attention.make_rope` builds from these keys.
+  conversion = positions.get(config.position.kind).from_rope(config.position, num_heads=num_heads,
                                                              head_dim=head_dim)
-    surgery.spectralize(model, split=position.split, spectral_heads=spectral_heads,
-                        spectral_pairs=spectral_pairs)
+  if conversion is not None:
+    surgery.spectralize(model, **conversion)
   return nnx.state(model, nnx.Param)

@@ -70,6 +70,10 @@ class Scheme:
   embedding: Builder | None = None  # -> module at model.position_embedding
   # (position, *, num_heads, head_dim) -> None, or a ValueError "position.KEY=VALUE: why"
   check: Callable[..., None] | None = None
+  # A kind a trained `rope` model can become by Surgical Integration (`init_from`):
+  # (position, *, num_heads, head_dim) -> `surgery.spectralize`'s keyword
+  # arguments for it, or None where the rope model is kept as it is.
+  from_rope: Callable[..., dict | None] | None = None
   why_not: str = ""  # why the unsupported direction is refused
 
   def __post_init__(self):

@@ -71,6 +71,15 @@ def _spectral(position, *, num_heads, head_dim):
   return rope_lib.SpectralRoPE(**_common(position, head_dim), num_heads=num_heads)
 
 
+def _check_bifocal(position, *, num_heads, head_dim):
+  spectral_eyes(position, num_heads=num_heads, head_dim=head_dim)
+
+
+def _bifocal_from_rope(position, *, num_heads, head_dim):
+  spectral_heads, spectral_pairs = spectral_eyes(position, num_heads=num_heads, head_dim=head_dim)
+  return dict(split=position.split, spectral_heads=spectral_heads, spectral_pairs=spectral_pairs)
+
+
 def _bifocal(position, *, num_heads, head_dim):
   spectral_heads, spectral_pairs = spectral_eyes(position, num_heads=num_heads, head_dim=head_dim)
   return rope_lib.BifocalRoPE(**_common(position,
@@ -80,7 +89,8 @@ def _bifocal(position, *, num_heads, head_dim):
 
 SCHEMES = (
     base.Scheme("nope", base.NONE, "no positional signal (causal masking only)"),
-    base.Scheme("rope", base.ROTARY, "Su et al. 2021, geometric spectrum", rope=_geometric),
+    base.Scheme("rope", base.ROTARY, "Su et al. 2021, geometric spectrum", rope=_geometric,
+                from_rope=lambda position, **dims: None),  # the control arm: continued as it is
     base.Scheme(
         "partial_rope", base.ROTARY,
         "GPT-NeoX's rotary_pct: RoPE on the first channels of each head, with their "
@@ -94,7 +104,8 @@ SCHEMES = (
         "Ruoss et al. 2023 (NOISY_ROTARY): RoPE at sorted random positions, one draw "
         "per batch, anew in every layer", rope=_geometric, randomize=base.PER_BATCH,
         layer_draws=True),
-    base.Scheme("spectral", base.ROTARY, "ours: every head's spectrum trainable", rope=_spectral),
+    base.Scheme("spectral", base.ROTARY, "ours: every head's spectrum trainable", rope=_spectral,
+                from_rope=lambda position, **dims: dict(per_head=True)),
     base.Scheme("bifocal", base.ROTARY, "ours: geometric and spectral eyes (arXiv 2601.22402)",
-                rope=_bifocal),
+                rope=_bifocal, check=_check_bifocal, from_rope=_bifocal_from_rope),
 )
