@@ -32,10 +32,12 @@ demo: $(STAMP)
 	$(PY) train.py --config configs/dyck.py --workdir $(DEMO_DIR)
 	$(PY) eval.py --workdir $(DEMO_DIR)
 
-# The linter (ruff) on everything, the formatter (yapf, 2-space Google style)
-# on the package; both configured in pyproject.toml. `make format` rewrites.
+# The linter (ruff) on everything, the import layers and circles (import-linter),
+# the formatter (yapf, 2-space Google style) on the package; all configured in
+# pyproject.toml. `make format` rewrites.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/yapf --diff --recursive --parallel bifocal_jax
 
 format: $(STAMP)
