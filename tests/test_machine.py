@@ -67,7 +67,7 @@ def test_reexecutes_once_with_the_same_arguments_and_children_inherit(tmp_path):
 
 def test_opt_out_runs_without_reexecution(tmp_path):
   script = tmp_path / "entry.py"
-  script.write_text("from bifocal_jax import host\nprint('start')\nhost.use_tuned_allocator()\n")
+  script.write_text("from bifocal_jax import machine\nprint('start')\nmachine.use_tuned_allocator()\n")
   env = dict(os.environ, BIFOCAL_HOST_ALLOCATOR="default")
   out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120,
                        check=True).stdout.splitlines()
