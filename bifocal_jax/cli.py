@@ -11,10 +11,12 @@ Imports nothing of the project (and not JAX): every layer's command may use it.
 
 from __future__ import annotations
 
+import ast
 import logging as std_logging
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from absl import flags
@@ -32,6 +34,37 @@ def config_path(name: str) -> str:
     raise ValueError(f"config {name!r}: not a config of the package "
                      f"(one of {', '.join(CONFIG_NAMES)})")
   return os.path.join(CONFIG_DIRECTORY, f"{name}.py")
+
+
+def config_summaries() -> dict[str, str]:
+  """`{name: the first sentence of its docstring}` of the packaged
+  configs (read, not imported: this module imports nothing of the project)."""
+  summaries = {}
+  for name in CONFIG_NAMES:
+    with open(config_path(name)) as f:
+      doc = ast.get_docstring(ast.parse(f.read())) or ""
+    first = " ".join(doc.strip().split("\n\n")[0].split())
+    summaries[name] = first.split(". ")[0].rstrip(".")
+  return summaries
+
+
+def configs_help() -> str:
+  """The packaged configs, one per entry: the name, then its docstring's first sentence."""
+  return "\n".join(
+      f"  {name}\n" + wrapped(line, "      ") for name, line in config_summaries().items())
+
+
+def wrapped(text: str, indent: str = "  ") -> str:
+  """`text` wrapped to 80 columns under `indent` (for `--help` texts)."""
+  return textwrap.fill(text, 80, initial_indent=indent, subsequent_indent=indent)
+
+
+def use_in_help(usage: str, flag_names) -> None:
+  """`--help` of the running command: `usage`, then the flags `flag_names`
+  (defined in whichever module; absl lists only the main module's own)."""
+  sys.modules["__main__"].__doc__ = usage
+  for name in flag_names:
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
 
 
 def resolve_config(value: str) -> str:
@@ -155,7 +188,8 @@ def flags_parser(*config_flags):
         argv = resolve_argv(argv, config_flag.name)
       args = flags.FLAGS(argv)
       for config_flag in config_flags:
-        config_flag.value.keys()  # a config that failed to load raises only when used
+        if config_flag.value is not None:  # a config that failed to load raises only when used
+          config_flag.value.keys()
     except Exception as e:  # pylint: disable=broad-except
       fail(describe_flag_error(e, argv))
     return args

@@ -151,9 +151,11 @@ def _member_index(value: str) -> int:
 
 
 def run():
-  """The command: host set-up, then flags, then `main`; a ValueError is one line, status 2."""
+  """The command: machine set-up, then flags, then `main`; a ValueError is one line, status 2."""
   machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
   machine.use_compilation_cache()  # evaluations of like models share compiled steps
+  if __name__ != "__main__":  # `python eval.py`, `bifocal-eval`: this module's flags in --help
+    cli.use_in_help(__doc__, [f.name for f in flags.FLAGS.get_flags_for_module(__name__)])
   try:
     app.run(main)
   except ValueError as e:

@@ -47,6 +47,7 @@ from absl import logging
 from bifocal_jax import cli
 from bifocal_jax import machine
 from bifocal_jax import tasks
+from bifocal_jax.nn import positions
 from bifocal_jax.evaluation import evaluator as evaluator_lib
 from bifocal_jax.training import atomic_files
 from bifocal_jax.training import checkpoint as checkpoint_lib
@@ -323,11 +324,36 @@ def main(argv, hooks: Sequence[Hook] = ()):
   sys.exit(run_training(_CONFIG.value, _WORKDIR.value, overwrite=_OVERWRITE.value, hooks=hooks))
 
 
+USAGE = """Trains a model; re-running the same command resumes from DIR's latest checkpoint.
+
+  python -m bifocal_jax.train --config CONFIG --workdir DIR [--config.KEY=VALUE ...]
+  (also `python train.py` in a checkout, `bifocal-train` where the package is installed)
+
+  python -m bifocal_jax.train --config dyck:tiny --workdir /tmp/dyck_tiny
+  python -m bifocal_jax.train --config dyck --config.position.kind=rope --config.steps=500 --workdir runs/rope
+
+CONFIG: a config of the package, NAME or NAME:VARIANT (variants: tiny for tests,
+paper for an accelerator), or a config file (configs/dyck.py:tiny). Any key of it
+is overridden as --config.KEY=VALUE. The configs of the package (what each
+trains: `python -m bifocal_jax.tasks`):
+{configs}
+
+--config.position.kind, the position scheme (a+b: two kinds, half the heads each):
+{kinds}
+DIR gets config.json, metrics.jsonl, tensorboard/ and checkpoints/.
+"""
+
+
 def run(hooks: Sequence[Hook] = ()):
   """The command: machine set-up, then flags, then `main`."""
   machine.use_tuned_allocator()  # may re-execute the command line: see bifocal_jax/machine.py
   machine.use_compilation_cache()  # a re-run loads its compiled steps
   define_flags()
+  cli.use_in_help(
+      USAGE.format(configs=cli.wrapped(", ".join(cli.CONFIG_NAMES)),
+                   kinds=cli.wrapped(", ".join(positions.POSITION_KINDS))),
+      ("config", "workdir", "overwrite", "coordinator_address", "num_processes", "process_id",
+       "heartbeat_timeout"))
   app.run(lambda argv: main(argv, hooks=hooks), flags_parser=cli.flags_parser(_CONFIG))
 
 

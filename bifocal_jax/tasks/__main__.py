@@ -1,5 +1,7 @@
 r"""Prints examples of a task's split: input tokens, a tab, target tokens.
+With no arguments: the configs of the package and what each trains.
 
+  python -m bifocal_jax.tasks
   python -m bifocal_jax.tasks --config dyck --split test_depth --num 5
   python -m bifocal_jax.tasks --config dyck:tiny --config.task.seed=3 --split train
   python -m bifocal_jax.tasks --config odds_first --split test_length --num 3 --format che
@@ -36,12 +38,15 @@ _START = flags.DEFINE_integer("start", 0, "Index of the first example.", lower_b
 _FORMAT = flags.DEFINE_enum("format", "text", ["text", "che"],
                             "text: tokens; che: JSON in the original benchmark's id space.")
 _LENGTH = flags.DEFINE_integer("length", None, "Draw every example at this length.", lower_bound=1)
-flags.mark_flags_as_required(["config"])
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if _CONFIG.value is None:
+    print("The configs of the package (--config NAME, or NAME:tiny, NAME:paper):")
+    print(cli.configs_help())
+    return
   task = tasks.get_task(_CONFIG.value.task)
   spec = task.split(_SPLIT.value)
   if _FORMAT.value == "che" and not hasattr(task, "che_example"):
