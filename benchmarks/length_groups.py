@@ -6,7 +6,7 @@ training step's time on the sweep's own batches.
   python benchmarks/length_groups.py --out=benchmarks/results/length_groups.json
   python benchmarks/length_groups.py --tasks=smoke --steps=2 --rounds=1   # seconds (tests)
 
-Each task is a task of the `converged` preset (`extrapolation_presets.py`)
+Each task is a task of the `converged` preset (`experiments/extrapolation/presets.py`)
 configured as its runs are (`configs/<task>.py`, its variant and overrides;
 `--kind`, default rope). Its first `--steps` training batches (seed 0) are
 taken with each `data.length_groups` of `--groups` (1: the plain step) and
@@ -31,7 +31,8 @@ import numpy as np
 from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks import bench_util, extrapolation_presets, extrapolation_runs
+from benchmarks import bench_util
+from experiments.extrapolation import presets, runs
 from bifocal_jax.training import config as config_lib
 from bifocal_jax.training import length_groups, sharding
 from bifocal_jax import tasks
@@ -54,8 +55,8 @@ def task_config(name: str, kind: str):
     config = bench_util.load_config("configs/dyck.py", "tiny")
     config.batch_size = 8
   else:
-    spec = {t.name: t for t in extrapolation_presets.PRESETS["converged"].tasks}[name]
-    config = extrapolation_runs.load_config(spec.config, dict(spec.overrides))
+    spec = {t.name: t for t in presets.PRESETS["converged"].tasks}[name]
+    config = runs.load_config(spec.config, dict(spec.overrides))
   config.position.kind = kind
   return config
 

@@ -122,10 +122,12 @@ def run_train(workdir, overrides: dict | None = None, *args, devices: int = 1, t
                         env=subprocess_env(devices, **env))
 
 
-def run_benchmark(script: str, *flags: str) -> subprocess.CompletedProcess:
-  """`python benchmarks/<script> FLAGS...` to completion; output captured."""
-  return subprocess.run([sys.executable, f"benchmarks/{script}", *flags], cwd=ROOT, text=True,
-                        capture_output=True, timeout=300, env=subprocess_env())
+def run_experiment(module: str, *flags: str) -> subprocess.CompletedProcess:
+  """`python -m experiments.extrapolation.<module> FLAGS...` from the repository
+  root, to completion; output captured."""
+  return subprocess.run([sys.executable, "-m", f"experiments.extrapolation.{module}", *flags],
+                        cwd=ROOT, text=True, capture_output=True, timeout=300,
+                        env=subprocess_env())
 
 
 def finished_and_in_flight_runs(tmp_path, config_file: str):

@@ -2,18 +2,15 @@
 generated strings, a run's counts against the evaluation's own."""
 
 import json
-import os
-import sys
 
 import helpers
 import numpy as np
 import pytest
 
-from bifocal_jax import dyck_skips, tasks
+from bifocal_jax import tasks
 from bifocal_jax.evaluation import probe
-
-sys.path.insert(0, os.path.join(helpers.ROOT, "benchmarks"))
-import extrapolation_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments.extrapolation import dyck_skips
+from experiments.extrapolation import runs as extrapolation_runs
 
 def dyck():
   return tasks.get_task(tasks.default_task_config("dyck"))
@@ -125,7 +122,7 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   config, _, in_flight = helpers.finished_and_in_flight_runs(tmp_path, "dyck.py")
   out = tmp_path / "skips.json"
   (tmp_path / "run.json").write_text("{}")  # a rerun's summary beside its workdir: not a run
-  proc = helpers.run_benchmark("dyck_skips.py", f"--workdirs={tmp_path}/run*,{in_flight}",
+  proc = helpers.run_experiment("dyck_skips", f"--workdirs={tmp_path}/run*,{in_flight}",
                                "--examples=16", f"--out={out}")
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert f"{in_flight}: skipped, its last checkpoint is step 5 of 10" in proc.stderr
@@ -143,7 +140,7 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   other = dict(result, runs={"elsewhere/seed9": dict(run, seed=9)})
   (tmp_path / "other.json").write_text(json.dumps(other))
   merged_out = tmp_path / "merged.json"
-  merged = helpers.run_benchmark("dyck_skips.py", f"--from_json={out},{tmp_path}/other.json",
+  merged = helpers.run_experiment("dyck_skips", f"--from_json={out},{tmp_path}/other.json",
                                  f"--out={merged_out}")
   assert merged.returncode == 0, merged.stderr[-2000:]
   both = json.loads(merged_out.read_text())
@@ -151,7 +148,7 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   assert both["by_kind"][extrapolation_runs.kind_name(config.position)]["by_depth"]["1"]["n"] == 2
   assert both["walk_back"] == result["walk_back"]
   (tmp_path / "file.json").write_text(json.dumps(dict(other, split="k8_m20.test")))
-  refused = helpers.run_benchmark("dyck_skips.py", f"--from_json={out},{tmp_path}/file.json")
+  refused = helpers.run_experiment("dyck_skips", f"--from_json={out},{tmp_path}/file.json")
   assert refused.returncode == 2 and "Traceback" not in refused.stderr
   assert refused.stderr.strip().splitlines()[-1].startswith("error: --from_json=")
   assert "its split 'k8_m20.test' is not the first file's 'test_depth'" in refused.stderr

@@ -9,7 +9,6 @@ import dataclasses
 import datetime
 import fcntl
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -23,26 +22,16 @@ import pytest
 
 import helpers
 
+from experiments.extrapolation import leaderboard_report as leaderboard_lib
+from experiments.extrapolation import presets as presets_lib
+from experiments.extrapolation import probe_report
+from experiments.extrapolation import report as report_lib
+from experiments.extrapolation import run_summary
+from experiments.extrapolation import runs as runs_lib
+from experiments.extrapolation import sweep as ex
+from experiments.extrapolation import training_time_report as training_time_lib
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-
-
-def _load(name):
-  spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "benchmarks", name + ".py"))
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module  # dataclasses look their module up
-  spec.loader.exec_module(module)
-  return module
-
-
-ex = _load("extrapolation")
-report_lib = _load("extrapolation_report")
-import leaderboard_report as leaderboard_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import training_time_report as training_time_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import extrapolation_presets as presets_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import extrapolation_runs as runs_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import probe_report  # pylint: disable=g-import-not-at-top,wrong-import-position
-import run_summary  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 TASK = ex.TaskSpec("odds_first", variant="tiny", overrides=(("batch_size", 8),))
 PRESET = ex.Preset(tasks=(TASK,), kinds=("rope", "bifocal_heads"), seeds=(0, 1),
@@ -789,7 +778,7 @@ def test_leaderboard_ranks_each_seeds_mean_over_the_held_out_splits(tmp_path):
   _write(results, [_summary(kind, i, valid=0.9, test_length=a,
                             **({} if b is None else {"test_depth": b}))
                    for kind, seeds in scores.items() for i, (a, b) in enumerate(seeds)])
-  groups = report_lib.cells(report_lib.load_summaries(results))["odds_first"]
+  groups = run_summary.cells(run_summary.load_summaries(results))["odds_first"]
   board = leaderboard_lib.leaderboard(groups, ["valid", "test_length", "test_depth"], {})
   overall = board.split("The mean over the held-out splits (`test_length`, `test_depth`;", 1)[1]
   rows = [row for row in _rows(overall, "") if row[0] in ("1", "2", "3")]
@@ -819,7 +808,7 @@ def test_report_plots_every_kind_against_two_targets(tmp_path):
   # One target: the leaderboards, no plot.
   one = dataclasses.replace(preset, targets=preset.targets[:1])
   assert "every kind against both targets" not in report_lib.report(one, results)
-  groups = report_lib.cells(report_lib.load_summaries(results))["odds_first"]
+  groups = run_summary.cells(run_summary.load_summaries(results))["odds_first"]
   assert leaderboard_lib.targets_plot("odds_first", groups, {"test_length": 0.85, "che": 0.5},
                                       str(tmp_path / "none.png")) is None  # no kind has `che`
 
@@ -837,7 +826,7 @@ def test_leaderboard_step_time_column_from_the_step_benchmark(tmp_path):
   costs = leaderboard_lib.step_costs(step_file)
   assert costs == (("default", "large"),
                    {"rope": [1.0, 1.0], "bifocal": [1.2, 1.1], "alibi": [0.99, 1.5]})
-  groups = report_lib.cells(report_lib.load_summaries(results))["odds_first"]
+  groups = run_summary.cells(run_summary.load_summaries(results))["odds_first"]
   board = leaderboard_lib.leaderboard(groups, ["valid", "test_length"], {}, costs)
   assert "step time / rope (default / large)" in board
   last = {row[1]: row[-1] for row in _rows(board, "") if row[0] in "1234"}
@@ -1064,7 +1053,7 @@ def test_concurrent_jobs_hold_disjoint_core_shares(tmp_path, monkeypatch):
   sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None,
                    pin_cores=True)
   runs = [ex.Run(TASK, "rope", seed) for seed in range(6)]
-  monkeypatch.setattr(ex.host, "core_slots", lambda jobs: [frozenset({k}) for k in range(jobs)])
+  monkeypatch.setattr(ex.machine, "core_slots", lambda jobs: [frozenset({k}) for k in range(jobs)])
   lock, in_flight, seen, overlaps = threading.Lock(), [], [], []
 
   def execute(unit, *args, cores=None, **kwargs):
@@ -1379,9 +1368,8 @@ def test_a_sweep_without_the_published_files_stops_first_saying_how_to_get_them(
 
 
 def _cli(*args, env=None, timeout=900):
-  return subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "extrapolation.py"),
-                         *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                        env=env)
+  return subprocess.run([sys.executable, "-m", "experiments.extrapolation", *args], cwd=REPO,
+                        capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -1591,13 +1579,13 @@ def test_malformed_results_files_are_named_and_left_as_they_are(tmp_path, monkey
   summary.parent.mkdir(parents=True)
   summary.write_text('{"task": "odds_first", "arm"')  # cut off
   with pytest.raises(ValueError, match=f"{summary}: not readable as JSON"):
-    report_lib.load_summaries(str(results))
+    run_summary.load_summaries(str(results))
   summary.write_text('{"task": "odds_first", "arm": "scratch"}')
   with pytest.raises(ValueError, match=f"{summary}: not a run summary \\(no group, seed, splits\\)"):
-    report_lib.load_summaries(str(results))
+    run_summary.load_summaries(str(results))
   summary.write_text("[1, 2]")
   with pytest.raises(ValueError, match="a JSON list, not an object"):
-    report_lib.load_summaries(str(results))
+    run_summary.load_summaries(str(results))
   # A malformed budgets file: calibration stops before any run, the file untouched.
   budgets = results / ex.BUDGETS_FILE
   budgets.write_text('{"odds_first": {"budget": 4')

@@ -2,18 +2,15 @@
 generated expressions, and a run's counts against the evaluation's own."""
 
 import json
-import os
-import sys
 
 import helpers
 import numpy as np
 import pytest
 
-from bifocal_jax import list_heights, tasks
+from bifocal_jax import tasks
 from bifocal_jax.evaluation import probe
-
-sys.path.insert(0, os.path.join(helpers.ROOT, "benchmarks"))
-import extrapolation_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments.extrapolation import list_heights
+from experiments.extrapolation import runs as extrapolation_runs
 
 def listops_depth():
   return tasks.get_task(tasks.default_task_config("listops_depth"))
@@ -141,7 +138,7 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   config, workdir, in_flight = helpers.finished_and_in_flight_runs(tmp_path,
                                                                    "listops_depth.py")
   out = tmp_path / "heights.json"
-  proc = helpers.run_benchmark("list_heights.py", f"--workdirs={tmp_path}/run*", "--examples=16",
+  proc = helpers.run_experiment("list_heights", f"--workdirs={tmp_path}/run*", "--examples=16",
                                f"--out={out}")
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert f"{in_flight}: skipped, its last checkpoint is step 5 of 10" in proc.stderr
@@ -156,7 +153,7 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   assert "accuracy at `]` by the closed list's height" in proc.stdout
   # without the checkpoints: the same tables from the JSON, and the figure
   png = tmp_path / "heights.png"
-  again = helpers.run_benchmark("list_heights.py", f"--from_json={out}", f"--plot={png}")
+  again = helpers.run_experiment("list_heights", f"--from_json={out}", f"--plot={png}")
   assert again.returncode == 0, again.stderr[-2000:]
   tables_of = lambda stdout: stdout.split("wrote ")[0].rstrip()
   assert tables_of(again.stdout) == tables_of(proc.stdout)
@@ -164,6 +161,6 @@ def test_the_benchmark_reports_a_trained_run_and_skips_one_in_flight(tmp_path):
   result["runs"][workdir]["counts"] = {"1,2": dict(correct=1, total=1)}  # (height, level) only
   bad = tmp_path / "old.json"
   bad.write_text(json.dumps(result))
-  refused = helpers.run_benchmark("list_heights.py", f"--from_json={bad}")
+  refused = helpers.run_experiment("list_heights", f"--from_json={bad}")
   assert refused.returncode == 2 and "Traceback" not in refused.stderr
   assert refused.stderr.strip().splitlines()[-1].startswith(f"error: --from_json='{bad}': not a")

@@ -1,15 +1,13 @@
-"""The same runs' summaries at two commits, paired over seeds (benchmarks/paired_revisions.py)."""
+"""The same runs' summaries at two commits, paired over seeds
+(experiments/extrapolation/paired_revisions.py)."""
 
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-import paired_revisions  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments.extrapolation import paired_revisions
 
 RUNS = "runs/dyck/scratch/randomized_rope"
 

@@ -1,14 +1,9 @@
-"""Line styles for one-line-per-kind plots (benchmarks/plot_style.py)."""
-
-import os
-import sys
+"""Line styles for one-line-per-kind plots (experiments/extrapolation/plot_style.py)."""
 
 import matplotlib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax.nn import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.nn import positions
+from experiments.extrapolation import plot_style
 
 # Every registered kind, the sweeps' group names that are not kinds, and mixed kinds.
 GROUPS = (*positions.POSITION_KINDS, "bifocal_heads", "bifocal_pairs", "rope_base1e3",

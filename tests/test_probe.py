@@ -356,10 +356,10 @@ def test_evaluate_with_probe(trained_run, tmp_path):
                             log=lambda _: None)
   assert again["probe"] == p
   assert "depth accuracy" in probe.format_report(p)
-  # The sweep's summary of it and its report table (benchmarks/run_summary.py, probe_report.py)
-  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-  import probe_report  # pylint: disable=g-import-not-at-top
-  import run_summary  # pylint: disable=g-import-not-at-top
+  # The sweep's summary of it and its report table (experiments/extrapolation/run_summary.py,
+  # probe_report.py)
+  from experiments.extrapolation import probe_report  # pylint: disable=g-import-not-at-top
+  from experiments.extrapolation import run_summary  # pylint: disable=g-import-not-at-top
   summary = run_summary.probe_summary(p)
   assert summary["depth"]["test_depth"]["accuracy"] == [
       layer["accuracy"] for layer in p["depth"]["test_depth"]]

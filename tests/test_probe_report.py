@@ -1,8 +1,5 @@
 """The probes' report: each eye set against the same heads of the RoPE run of its seed."""
 
-import os
-import sys
-
 import numpy as np
 import pytest
 from flax import nnx
@@ -12,9 +9,7 @@ from bifocal_jax.nn import positions
 from bifocal_jax.training import state
 from bifocal_jax import tasks
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "benchmarks"))
-import probe_report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments.extrapolation import probe_report
 
 
 def _weights(kind: str, **position) -> dict[str, np.ndarray] | None:

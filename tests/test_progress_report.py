@@ -1,15 +1,11 @@
-"""Where a sweep stands (benchmarks/progress_report.py)."""
-
-import os
-import sys
+"""Where a sweep stands (experiments/extrapolation/progress_report.py)."""
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-import extrapolation_report  # pylint: disable=g-import-not-at-top,wrong-import-position
-import extrapolation_runs as runs_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import progress_report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments.extrapolation import progress_report
+from experiments.extrapolation import report as report_lib
+from experiments.extrapolation import run_summary
+from experiments.extrapolation import runs as runs_lib
 
 DYCK = runs_lib.TaskSpec("dyck", later_kinds=("fire", "cope"), chosen_kinds=("rope+fire",))
 LISTOPS = runs_lib.TaskSpec("listops_depth", later_kinds=("fire", "cope"))
@@ -37,7 +33,7 @@ def test_each_part_counts_its_landed_runs_in_the_order_the_sweep_runs_them():
                 _summary("dyck", "fire", 0, 300.0), _summary("dyck", "fire", 1, 500.0),
                 _summary("dyck", "cope", 0, 1000.0),
                 _summary("listops_depth", "rope", 0, 900.0)]
-  table = extrapolation_report.cells(summaries)
+  table = run_summary.cells(summaries)
   costs = {"rope": [1.0, 1.0], "alibi": [0.9, 1.2], "fire": [2.0, 1.5], "cope": [3.0, 6.0]}
   rows = _rows(progress_report.progress_table(PRESET, table, BUDGETS, costs))
   # modular_arithmetic was not learned: never run, not counted.
@@ -72,7 +68,7 @@ def test_each_part_counts_its_landed_runs_in_the_order_the_sweep_runs_them():
 
 
 def test_without_step_costs_a_kind_not_run_is_expected_at_the_longest_run_or_unknown():
-  table = extrapolation_report.cells([_summary("dyck", "rope", 0, 100.0),
+  table = run_summary.cells([_summary("dyck", "rope", 0, 100.0),
                                       _summary("dyck", "alibi", 0, 400.0),
                                       _summary("dyck", "bifocal_heads", 0, 50.0, arm="surgery")])
   rows = {r[1]: r[5] for r in _rows(progress_report.progress_table(PRESET, table, BUDGETS))
@@ -83,7 +79,7 @@ def test_without_step_costs_a_kind_not_run_is_expected_at_the_longest_run_or_unk
 
 
 def test_a_task_not_yet_calibrated_says_so_and_the_section_names_its_estimate():
-  table = extrapolation_report.cells([_summary("dyck", "rope", 0, 100.0)])
+  table = run_summary.cells([_summary("dyck", "rope", 0, 100.0)])
   rows = _rows(progress_report.progress_table(PRESET, table, {"dyck": {"budget": 100}}))
   assert {r[0]: r[5] for r in rows if r[1] == "2 kinds"}["modular_arithmetic"] == (
       "not calibrated")
@@ -93,12 +89,12 @@ def test_a_task_not_yet_calibrated_says_so_and_the_section_names_its_estimate():
 
 
 def test_the_report_opens_with_the_progress_table(tmp_path):
-  report = extrapolation_report.report(PRESET, str(tmp_path), step_costs_file=None)
+  report = report_lib.report(PRESET, str(tmp_path), step_costs_file=None)
   assert "| dyck | 2 kinds | 0 / 4 | 0 | - | not calibrated |" in report
 
 
 def test_first_run_check_expects_each_kind_as_if_it_had_not_run():
-  table = extrapolation_report.cells([
+  table = run_summary.cells([
       _summary("dyck", "rope", 0, 100.0), _summary("dyck", "rope", 1, 300.0),
       _summary("dyck", "alibi", 0, 400.0), _summary("dyck", "fire", 0, 900.0),
       _summary("dyck", "rope", 0, 5.0, arm="continue")])  # not from scratch: not counted
@@ -121,11 +117,11 @@ def test_a_run_in_length_groups_is_expected_from_the_runs_trained_so():
   plain = [_summary("listops_depth", kind, seed, 800.0) for kind in ("rope", "alibi")
            for seed in (0, 1)]
   costs = {"rope": [1.0], "alibi": [1.0], "fire": [2.0]}
-  before = extrapolation_report.cells(plain)
+  before = run_summary.cells(plain)
   assert progress_report.run_seconds(before, runs_lib.Run(grouped, "fire", 0),
                                      costs) == pytest.approx(1600.0)
   fast = dict(_summary("listops_depth", "rope", 2, 300.0), overrides={"data.length_groups": 4})
-  after = extrapolation_report.cells(plain + [fast])
+  after = run_summary.cells(plain + [fast])
   # fire: the pace of the grouped runs only (rope's 300 s), alibi too (its own runs were plain).
   assert progress_report.run_seconds(after, runs_lib.Run(grouped, "fire", 0),
                                      costs) == pytest.approx(600.0)

@@ -1,7 +1,6 @@
-"""One landed run re-run as its preset runs it now (benchmarks/rerun.py)."""
+"""One landed run re-run as its preset runs it now (experiments/extrapolation/rerun.py)."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -9,9 +8,7 @@ import pytest
 
 import helpers
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-import rerun  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments.extrapolation import rerun
 
 
 def test_find_run_names_a_preset_run_or_says_what_names_look_like():
@@ -39,8 +36,9 @@ def test_comparison_sets_each_split_beside_the_landed_one():
 
 
 def test_an_unknown_run_is_one_line_and_nothing_is_written(tmp_path):
-  result = subprocess.run([sys.executable, "benchmarks/rerun.py", "--preset=converged",
-                           "--run=dyck/scratch/rope/seed9", f"--out={tmp_path / 'out'}"],
+  result = subprocess.run([sys.executable, "-m", "experiments.extrapolation.rerun",
+                           "--preset=converged", "--run=dyck/scratch/rope/seed9",
+                           f"--out={tmp_path / 'out'}"],
                           cwd=helpers.ROOT, text=True, capture_output=True, timeout=120,
                           env=helpers.subprocess_env())
   assert result.returncode == 1
@@ -91,8 +89,8 @@ def test_attach_probe_reads_a_summarized_rerun_and_rewrites_only_the_landed_summ
   for root, summary in ((results, landed), (out, again)):
     (root / "dyck/scratch/rope").mkdir(parents=True)
     (root / f"{name}.json").write_text(json.dumps(summary))
-  command = [sys.executable, "benchmarks/rerun.py", "--preset=converged", f"--run={name}",
-             f"--out={out}", f"--results={results}", "--attach_probe"]
+  command = [sys.executable, "-m", "experiments.extrapolation.rerun", "--preset=converged",
+             f"--run={name}", f"--out={out}", f"--results={results}", "--attach_probe"]
   result = subprocess.run(command, cwd=helpers.ROOT, text=True, capture_output=True,
                           timeout=120, env=helpers.subprocess_env())
   assert result.returncode == 0, result.stderr

@@ -1,22 +1,22 @@
-"""The converged sweep's choices from the roster's results (benchmarks/roster_choices.py)."""
+"""The converged sweep's choices from the roster's results (experiments/extrapolation/
+roster_rules.py, the command roster_choices.py)."""
 
 import json
 import os
-import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-import extrapolation_runs as runs_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import roster_choices  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments.extrapolation import presets as presets_lib
+from experiments.extrapolation import roster_choices
+from experiments.extrapolation import roster_rules
+from experiments.extrapolation import runs as runs_lib
 
 ROSTER = ("fire", "cope", "t5", "kerple_log", "sin_cos", "learnt")
 PRESET = runs_lib.Preset(
     tasks=(runs_lib.TaskSpec("dyck", later_kinds=ROSTER),
            runs_lib.TaskSpec("listops_depth", later_kinds=ROSTER),
            runs_lib.TaskSpec("dyck_5layer", config_name="dyck", kinds=("rope", "alibi"))),
-    kinds=("rope", "alibi", "nope", "spectral"), seeds=(0, 1), extend=roster_choices.extend)
+    kinds=("rope", "alibi", "nope", "spectral"), seeds=(0, 1), extend=roster_rules.extend)
 # Dyck: closing-bracket accuracy on k8_m20.test and test_depth alike. sin_cos
 # is best but absolute (it does not mix); alibi is the best candidate (X).
 # kerple_log and learnt tie: the five best take kerple_log (alphabetical).
@@ -56,7 +56,7 @@ def _chosen(preset):
 @pytest.fixture
 def by_the_rule(monkeypatch):
   """The rules applied to the results, as before any choice was made."""
-  monkeypatch.setattr(roster_choices, "MADE", {})
+  monkeypatch.setattr(roster_rules, "MADE", {})
 
 
 def test_choices_by_the_fixed_rules_once_the_roster_is_complete(tmp_path, by_the_rule):
@@ -77,7 +77,7 @@ def test_no_choice_before_the_cells_it_reads_are_complete(tmp_path, by_the_rule)
   assert len(_chosen(extended)["dyck_5layer"]) == 5
   # One Dyck seed short: nothing.
   assert PRESET.resolved(_results(tmp_path / "b", skip={("dyck", "learnt", 0)})) == PRESET
-  assert roster_choices.missing(PRESET, {}, ("dyck",))[0] == "dyck/rope (0 of 2 seeds)"
+  assert roster_rules.missing(PRESET, {}, ("dyck",))[0] == "dyck/rope (0 of 2 seeds)"
   # A preset restricted to Dyck (--tasks) chooses no pairings: it cannot read listops_depth.
   complete = _results(tmp_path / "c")
   only_dyck = PRESET.only(["dyck", "dyck_5layer"]).resolved(complete)
@@ -87,25 +87,24 @@ def test_no_choice_before_the_cells_it_reads_are_complete(tmp_path, by_the_rule)
 def test_mixed_pairings_need_two_candidates():
   table = {"dyck": {("scratch", "rope"): {}}, "listops_depth": {("scratch", "rope"): {}}}
   with pytest.raises(ValueError, match="mixed pairings: 0 candidate kinds, 2 needed"):
-    roster_choices.mixed_pairings(table)
+    roster_rules.mixed_pairings(table)
 
 
 def test_choices_once_made_stay_whatever_the_results_become(tmp_path):
   """A roster kind rerun (its cells short again) or another kind's results
   change nothing: the preset's chosen runs are the ones registered."""
-  made = {name: roster_choices.MADE[name] for name in ("dyck", "listops_depth", "dyck_5layer")}
+  made = {name: roster_rules.MADE[name] for name in ("dyck", "listops_depth", "dyck_5layer")}
   for skip in ((), {("dyck", "learnt", 0)}, {("listops_depth", "fire", 1)}):
     extended = PRESET.resolved(_results(tmp_path / str(len(skip)), skip=skip))
     assert _chosen(extended) == made
 
 
 def test_the_converged_preset_takes_the_choices_made():
-  import extrapolation_presets  # pylint: disable=g-import-not-at-top
-  preset = extrapolation_presets.PRESETS["converged"]
-  assert preset.extend is roster_choices.extend
+  preset = presets_lib.PRESETS["converged"]
+  assert preset.extend is roster_rules.extend
   resolved = preset.resolved(roster_choices.RESULTS)
-  assert _chosen(resolved)["dyck_5layer"] == roster_choices.MADE["dyck_5layer"]
-  assert _chosen(resolved)["dyck"] == roster_choices.MADE["dyck"]
+  assert _chosen(resolved)["dyck_5layer"] == roster_rules.MADE["dyck_5layer"]
+  assert _chosen(resolved)["dyck"] == roster_rules.MADE["dyck"]
 
 
 def test_the_command_prints_each_choice_and_the_rules_answer_today(capsys):

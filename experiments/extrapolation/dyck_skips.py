@@ -19,6 +19,23 @@ positions on a split by `(depth, skipped)` (`labelled_counts`); `tables` reads
 many runs' counts as per-kind accuracies, mean over seeds. `walk_back` says how
 far back the innermost open bracket is at each skipped height: a long string
 can skip a pair of trained height yet need a longer look back, or not.
+
+The command scores the sweep's trained runs and prints the tables:
+
+  python -m experiments.extrapolation.dyck_skips --workdirs='OUT/dyck/scratch/*/seed*' \
+      --examples=1000 --out=benchmarks/results/dyck_skips.json
+
+Each workdir is a trained Dyck run (its last checkpoint); its kind and seed
+are read from its config; a run whose last checkpoint is short of its `steps`
+(one a sweep is still training) is skipped, and said so. `--split` also takes a
+Dyck file (`k8_m20.test`: a published one, its first `--examples` lines).
+`--from_json` reads the counts of earlier `--out`s instead (comma-separated,
+merged: runs scored one at a time make one table). Last, from the data
+alone, how far back the innermost open bracket is at each skipped height, on
+the split and on training strings (`walk_back`). Prints, per kind
+(mean over its runs [95% t-interval]), Yao et al.'s closing-bracket accuracy
+by depth, by skipped height (the highest pair closed so far inside the
+innermost open bracket), and by skipped height at the trained depths alone.
 """
 
 from __future__ import annotations
@@ -28,10 +45,13 @@ from collections.abc import Iterable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import flags
 
 from bifocal_jax.evaluation import evaluate, probe
-from bifocal_jax import labelled_counts
 from bifocal_jax.training import metrics
+from experiments.extrapolation import labelled_counts
+from experiments.extrapolation import scored_runs
+from experiments.extrapolation.report_tables import fmt_interval
 
 LABELS = ("depth", "skipped")
 
@@ -108,3 +128,78 @@ def tables(runs: dict[str, dict], m: int) -> dict:
         })
 
   return {kind: kind_tables(rs) for kind, rs in grouped.items()}
+
+
+def main(argv):
+  del argv
+  if FLAGS.from_json:
+    source = scored_runs.read_scored_runs(FLAGS.from_json, "dyck_skips.py",
+                                          fields=("m", "split", "examples", "machine"), labels=2,
+                                          optional=("walk_back",))
+    runs, m, split, examples, machine, walk = (
+        source[k] for k in ("runs", "m", "split", "examples", "machine", "walk_back"))
+  else:
+    split, examples, machine = FLAGS.split, FLAGS.examples, scored_runs.machine()
+    first = []  # a scored run, whose evaluator reads the strings for the walk back
+
+    def score(run):
+      if not first:
+        first.append(run)
+      return score_run(run, split, num_examples=examples)
+
+    runs, task = scored_runs.score_trained_runs(FLAGS.workdirs, score)
+    m = task.m
+    # the data's own walk back, on the split and on training strings
+    vocab = probe.brackets(first[0].setup.task)
+    walk = {
+        name: walk_back(first[0].evaluator.batches(name, num_examples=examples), vocab)
+        for name in dict.fromkeys((split, "train"))
+    }
+  out = tables(runs, m)
+  depths = sorted({d for t in out.values() for d in t["by_depth"]})
+  skips = sorted({s for t in out.values() for s in t["by_skipped"]})
+  order = sorted(out, key=lambda k: -((out[k]["by_depth"][depths[-1]] or {}).get("mean", 0.0)))
+  seeds = lambda k: sum(r["kind"] == k for r in runs.values())
+  print(f"\n{split}, first {examples} strings; closing-bracket accuracy by depth "
+        f"(trained: <= {m}), mean over seeds [95% t-interval]:\n")
+  print(scored_runs.markdown_table(["position", "runs"] + [f"depth {d}" for d in depths],
+                                   [[k, seeds(k)] + [fmt_interval(out[k]["by_depth"][d])
+                                                     for d in depths] for k in order]))
+  for table, what in (("by_skipped", "every position"),
+                      ("by_skipped_at_trained_depths", f"positions at depth <= {m}")):
+    print(f"\nBy skipped height (the highest pair closed so far inside the innermost open "
+          f"bracket; trained: < {m}), {what}:\n")
+    print(scored_runs.markdown_table(["position", "runs"] + [f"skipped {s}" for s in skips],
+                                     [[k, seeds(k)] + [fmt_interval(out[k][table][s])
+                                                       for s in skips] for k in order]))
+  if walk:
+    print(f"\nTokens back to the innermost open bracket by skipped height, median / 90th "
+          f"percentile (first {examples} strings; the data's, not a model's):\n")
+    skips = sorted({int(s) for w in walk.values() for s in w})
+    cell = lambda w, s: (f"{w[s]['median']:.0f} / {w[s]['p90']:.0f}" if s in w else "-")
+    print(scored_runs.markdown_table(
+        ["strings"] + [f"skipped {s}" for s in skips],
+        [[name] + [cell({int(k): v for k, v in w.items()}, s) for s in skips]
+         for name, w in walk.items()]))
+  scored_runs.write_json(FLAGS.out, dict(machine=machine, split=split, examples=examples, m=m,
+                                          runs=runs, by_kind=out, walk_back=walk))
+
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """The command's flags, defined when it runs rather than on import (the
+  module is also imported, beside other commands' flags)."""
+  flags.DEFINE_string("workdirs", None, "Globs (comma-separated) of trained Dyck run directories.")
+  flags.DEFINE_string("from_json", None, "Read the runs' counts from these earlier --outs "
+                      "(comma-separated) instead of scoring --workdirs.")
+  flags.DEFINE_string("split", "test_depth",
+                      "A task split, or a Dyck file (`k8_m20.test`: a published one).")
+  flags.DEFINE_integer("examples", 1000, "Its first examples (a file's first lines).")
+  flags.DEFINE_string("out", None, "Write the counts and the tables as JSON here.")
+
+
+if __name__ == "__main__":
+  define_flags()
+  scored_runs.run_main(main)

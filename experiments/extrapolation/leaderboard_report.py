@@ -15,23 +15,21 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
-from bifocal_jax.evaluation import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
-import extrapolation_runs as runs_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
-from report_tables import METRIC_NAMES, fmt_interval, markdown_table, metric_value, seed_values  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.evaluation import stats
+from experiments.extrapolation import plot_style
+from experiments.extrapolation import runs as runs_lib
+from experiments.extrapolation.report_tables import (
+    METRIC_NAMES, fmt_interval, markdown_table, metric_value, seed_values)
 
 # Every kind's training step time against RoPE's (`step_benchmark.py --kinds=all`),
 # then the mixed kinds chosen from the rosters (measured later, each file
 # against its own RoPE): comma-separated, the first file that has a kind gives it.
-_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 STEP_COSTS_FILE = ",".join(
-    os.path.join(_RESULTS, name) for name in ("step_all_kinds.json", "step_mixed_chosen.json"))
+    os.path.join(runs_lib.BENCHMARK_RESULTS, name)
+    for name in ("step_all_kinds.json", "step_mixed_chosen.json"))
 
 
 def step_costs(paths: str = STEP_COSTS_FILE) -> tuple[tuple[str, ...], dict[str, list[float]]]:
@@ -151,7 +149,7 @@ def leaderboard(groups: dict, splits: list[str], targets: dict[str, float],
     return ""
   name = METRIC_NAMES[metric]
   step_files = "; a kind not in the first, from the next: ".join(
-      f"`benchmarks/results/{os.path.basename(p)}`" for p in STEP_COSTS_FILE.split(","))
+      f"`{os.path.relpath(p, runs_lib.REPO)}`" for p in STEP_COSTS_FILE.split(","))
   cost = (" The step time is the training step's, over RoPE's, measured on the CPU "
           f"({step_files}, its configs "
           f"{', '.join(f'`{c}`' for c in configs)}; commands in README, Performance): what a "

@@ -5,7 +5,7 @@ the sweep writes new ones under the same names: same seeds, same data, only
 the change differs. This pairs each split's accuracy, new minus old, over the
 seeds both revisions have (`bifocal_jax.evaluation.stats.paired_difference`):
 
-  python benchmarks/paired_revisions.py --old 5ea8a21 \\
+  python -m experiments.extrapolation.paired_revisions --old 5ea8a21 \\
       benchmarks/results/runs/converged/listops_depth/scratch/randomized_rope
 
 `--new` defaults to the working tree. Dyck splits pair `close_accuracy`
@@ -23,8 +23,7 @@ import sys
 from absl import app
 from absl import flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bifocal_jax.evaluation import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.evaluation import stats
 
 _OLD = flags.DEFINE_string("old", None, "The commit of the old summaries.", required=True)
 _NEW = flags.DEFINE_string("new", None, "The commit of the new summaries (default: the files).")

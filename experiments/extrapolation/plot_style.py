@@ -15,10 +15,8 @@ than the unit interval and hide every other line; `band` draws none below
 from __future__ import annotations
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bifocal_jax.nn import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.nn import positions
 
 FAMILY_COLORMAPS = {"none": "Greys", "rotary": "Blues", "bias": "Oranges",
                     "absolute": "Greens", "attention": "Purples", "mixed": "Reds"}

@@ -1,17 +1,15 @@
 """The sweeps' presets (`PRESETS`): which tasks, kinds, seeds and arms each
 runs, with the model and budgets pinned, and why each later addition was
-made. What a run is: `extrapolation_runs.py`; running a preset:
-`python benchmarks/extrapolation.py --preset NAME` (its docstring)."""
+made. What a run is: `runs.py`; running a preset:
+`python -m experiments.extrapolation --preset NAME` (`sweep.py`'s docstring)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from extrapolation_runs import (  # pylint: disable=g-multiple-import
-    OfSteps, Preset, ROSTER_KINDS, TaskSpec, VERDICT_KINDS)
-import roster_choices
-# bifocal_jax is on the path once extrapolation_runs is imported (a checkout).
-from bifocal_jax.nn import positions  # pylint: disable=wrong-import-order
+from bifocal_jax.nn import positions
+from experiments.extrapolation import roster_rules
+from experiments.extrapolation.runs import OfSteps, Preset, ROSTER_KINDS, TaskSpec, VERDICT_KINDS
 
 
 def _cpu_model(**extra) -> tuple[tuple[str, object], ...]:
@@ -194,8 +192,8 @@ PRESETS = {
         converged=0.002,
         in_order=True, leaderboards=True,
         # Once the roster has landed: the mixed pairings and the five best on
-        # the 5-layer model, by rules fixed before it did (roster_choices.py).
-        extend=roster_choices.extend,
+        # the 5-layer model, by rules fixed before it did (roster_rules.py).
+        extend=roster_rules.extend,
         # issue 31: does any scheme reach these (closing-bracket accuracy)?
         targets=(("dyck", "test_depth", 0.99), ("dyck", "k8_m20.test", 0.90)),
         # The two depth tasks, each model: does what extrapolates on one carry over?

@@ -26,18 +26,13 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import sys
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
-import extrapolation_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax.evaluation import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax.evaluation.probe import FAR  # pylint: disable=g-import-not-at-top,wrong-import-position
-from report_tables import fmt_interval, markdown_table, scratch_first  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.evaluation import stats
+from bifocal_jax.evaluation.probe import FAR
+from experiments.extrapolation import runs as runs_lib
+from experiments.extrapolation.report_tables import fmt_interval, markdown_table, scratch_first
 
 # The cell each arm's heads are set against: the same seed's RoPE run that
 # started from the same weights.
@@ -117,7 +112,7 @@ def _eyes_of_config(config_spec: str, overrides_json: str) -> list[list[str]]:
   from bifocal_jax.evaluation import attention_trace
   from bifocal_jax.training import state
   from bifocal_jax import tasks
-  config = extrapolation_runs.load_config(config_spec, json.loads(overrides_json))
+  config = runs_lib.load_config(config_spec, json.loads(overrides_json))
   model = nnx.eval_shape(lambda: state.build_model(config, tasks.get_task(config.task)))
   return [attention_trace.head_eyes(block.attn) for block in model.blocks]
 
@@ -292,7 +287,7 @@ def section(groups: dict) -> str:
   if paired:
     parts += ["", "Matching-bracket mass at closing brackets, each eye against the same heads "
               "(layer and index) of the RoPE run of the same seed, which started from the same "
-              "weights (`benchmarks/probe_report.py`; surgery against continue; kinds that draw "
+              "weights (`experiments/extrapolation/probe_report.py`; surgery against continue; kinds that draw "
               "parameters of their own first have no such twin and are left out); mean over "
               "seeds, paired difference [95% interval]:", "", paired]
   across = across_kinds_table(groups)

@@ -1,26 +1,25 @@
 """Where a sweep stands: each part of its preset, runs planned against runs
 landed, and the CPU time the rest would take at the landed runs' pace.
 
-A table of the report (`extrapolation_report.report`), rebuilt from the
+A table of the report (`report.report`), rebuilt from the
 summaries alone, so a status line in RESULTS.md never has to list runs by hand.
 Its estimate of a run's time (`expected_seconds`) is also what `--stop_by`
 expects. How good that estimate is for a kind's first run on a task:
 
-  python benchmarks/progress_report.py --results benchmarks/results/runs/converged
+  python -m experiments.extrapolation.progress_report --results benchmarks/results/runs/converged
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import os
 import statistics
-import sys
-
-from extrapolation_runs import Preset, Run, kind_overrides
-from report_tables import markdown_table
 
 from bifocal_jax.nn import positions
+from experiments.extrapolation import leaderboard_report
+from experiments.extrapolation import run_summary
+from experiments.extrapolation.report_tables import markdown_table
+from experiments.extrapolation.runs import Preset, Run, kind_overrides
 
 
 def part_of(preset: Preset, run: Run) -> str:
@@ -138,7 +137,7 @@ def progress_table(preset: Preset, table: dict, budgets: dict,
   estimate). Tasks whose calibration found them not learned are left out
   (their runs are never made).
 
-  `table`: `extrapolation_report.cells` of the summaries; `budgets`: the
+  `table`: `run_summary.cells` of the summaries; `budgets`: the
   calibration's records (`budgets.json`); `costs`: each kind's step times over
   RoPE's (`leaderboard_report.step_costs`)."""
   not_learned = {name for name, record in budgets.items() if record.get("budget") is None}
@@ -181,15 +180,12 @@ def progress_section(preset: Preset, table: dict, budgets: dict,
 
 def main(argv: list[str] | None = None) -> None:
   """Per task: `first_run_check`'s ratios (expected over taken), their median and range."""
-  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-  import extrapolation_report  # pylint: disable=g-import-not-at-top
-  import leaderboard_report  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(description=main.__doc__)
   parser.add_argument("--results", required=True, help="A preset's results directory.")
   parser.add_argument("--step_costs", default=leaderboard_report.STEP_COSTS_FILE)
   args = parser.parse_args(argv)
   _, costs = leaderboard_report.step_costs(args.step_costs)
-  table = extrapolation_report.cells(extrapolation_report.load_summaries(args.results))
+  table = run_summary.cells(run_summary.load_summaries(args.results))
   for task in sorted(table):
     ratios = first_run_check(table[task], costs)
     if ratios:

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import collections
 import os
-import sys
 from collections.abc import Callable
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
-from bifocal_jax.evaluation import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
-import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
-from report_tables import METRIC_NAMES, markdown_table, metric_value, seed_values  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.evaluation import stats
+from experiments.extrapolation import plot_style
+from experiments.extrapolation.report_tables import (
+    METRIC_NAMES, markdown_table, metric_value, seed_values)
 
 
 def _shared(groups_pair: tuple[dict, dict]):

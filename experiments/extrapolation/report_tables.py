@@ -1,7 +1,7 @@
-"""What the benchmark reports share: a metric read from the run summaries,
+"""What the experiment's reports share: a metric read from the run summaries,
 and the markdown of intervals and tables.
 
-`extrapolation_report` (accuracy, paired comparisons), `leaderboard_report`,
+`report` (accuracy, paired comparisons), `leaderboard_report`,
 `training_time_report`, `rank_comparison_report` and `probe_report` (the
 mechanism probes) read and format their cells here, so that an interval
 reads the same in every table of RESULTS.md.

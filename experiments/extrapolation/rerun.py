@@ -1,12 +1,12 @@
 r"""Re-runs one landed run of a sweep as the preset runs it now, into another
 directory, and sets its splits beside the landed summary's.
 
-  python benchmarks/rerun.py --preset converged --run listops_depth/scratch/rope/seed0 \
+  python -m experiments.extrapolation.rerun --preset converged --run listops_depth/scratch/rope/seed0 \
       --out /tmp/rerun
 
 What a change of the code or of a task's overrides does to a finished run
 (length groups, a fix): the same seed and data, trained and evaluated by
-`extrapolation.execute` into `OUT` (its workdir `OUT/<run>`; a run already
+`sweep.execute` into `OUT` (its workdir `OUT/<run>`; a run already
 trained there is only evaluated), its summary written to `OUT/<run>.json`
 (`run_summary.summary_of`), the landed one read from `--results`. One run
 against one run: a difference inside the intervals and the seeds' spread is
@@ -29,15 +29,14 @@ import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import extrapolation  # pylint: disable=g-import-not-at-top,wrong-import-position
-import report_tables  # pylint: disable=g-import-not-at-top,wrong-import-position
-from extrapolation_presets import PRESETS  # pylint: disable=g-import-not-at-top,wrong-import-position
-from extrapolation_runs import Run  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax.training.atomic_files import write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
-from run_summary import logged_seconds, summary_of, summary_path  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.training.atomic_files import write_atomically
+from experiments.extrapolation import report_tables
+from experiments.extrapolation import sweep
+from experiments.extrapolation.presets import PRESETS
+from experiments.extrapolation.run_summary import logged_seconds, summary_of, summary_path
+from experiments.extrapolation.runs import Run
 
-# `--preset`, `--out` and `--results` are extrapolation.py's flags (imported with it).
+# `--preset`, `--out` and `--results` are sweep.py's flags (imported with it).
 _RUN = flags.DEFINE_string("run", None, "The run's name: TASK/ARM/KIND/seedN.")
 _ATTACH_PROBE = flags.DEFINE_bool(
     "attach_probe", False, "Write the rerun's probes into the landed summary, which has none.")
@@ -97,10 +96,10 @@ def with_rerun_probe(landed: dict, rerun: dict) -> dict:
 
 def main(argv):
   del argv
-  preset, out = extrapolation._PRESET.value, extrapolation._OUT.value  # pylint: disable=protected-access
+  preset, out = sweep._PRESET.value, sweep._OUT.value  # pylint: disable=protected-access
   if preset is None or _RUN.value is None:
     sys.exit("error: --preset and --run are required")
-  results = extrapolation._RESULTS.value or os.path.join(extrapolation.RESULTS_DIR, preset)  # pylint: disable=protected-access
+  results = sweep._RESULTS.value or os.path.join(sweep.RESULTS_DIR, preset)  # pylint: disable=protected-access
   try:
     run = find_run(preset, _RUN.value)
   except ValueError as e:
@@ -135,10 +134,10 @@ def main(argv):
 
 def _train_again(run: Run, preset: str, out: str, results: str) -> dict:
   """`run` trained and evaluated into `out` by the sweep's own path; its summary."""
-  budget = extrapolation.Sweep(PRESETS[preset], out, results).budget(run.task)
+  budget = sweep.Sweep(PRESETS[preset], out, results).budget(run.task)
   start = time.time()
-  with extrapolation._Stop() as stop:  # pylint: disable=protected-access
-    status = extrapolation.execute(run, out, budget, stop, print)
+  with sweep._Stop() as stop:  # pylint: disable=protected-access
+    status = sweep.execute(run, out, budget, stop, print)
   if status != "done":
     sys.exit(f"error: {run.name}: {status} (see {run.workdir(out)})")
   seconds = max(logged_seconds(run.workdir(out)), time.time() - start)

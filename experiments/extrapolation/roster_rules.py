@@ -2,7 +2,9 @@ r"""The converged sweep's additions chosen from the roster's results (issue 31),
 each by a rule fixed on 2026-12-04, before any roster run had landed, so that
 no choice can be fitted to what the results show.
 
-  python benchmarks/roster_choices.py   # the choices, or what the roster still lacks
+The converged preset takes them by `extend` (`presets.py`);
+`python -m experiments.extrapolation.roster_choices` prints them, or what the
+roster still lacks.
 
 Both read the `converged` preset's scratch runs (the 2-layer model, every seed
 of the preset) and wait until every kind of the tasks they read has every
@@ -20,7 +22,7 @@ seed; until then they choose nothing and the preset is unchanged.
   split). The pairings: `rope+X`, `spectral+X` (spectral eyes beside the
   best), `rope+Y`; on both tasks, the preset's seeds, after the roster.
 - **The five best on the 5-layer model** (issue 31 item 1): the five roster
-  kinds (`extrapolation_runs.ROSTER_KINDS`) with the highest mean over seeds
+  kinds (`runs.ROSTER_KINDS`) with the highest mean over seeds
   of their mean closing-bracket accuracy over Dyck's held-out splits (every
   split but `valid`); on `dyck_5layer`, the preset's seeds.
 
@@ -34,18 +36,14 @@ today's roster (the command prints both) but not the registered runs.
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
-import extrapolation_report  # pylint: disable=g-import-not-at-top,wrong-import-position
-from extrapolation_runs import REPO, ROSTER_KINDS, Preset  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax.nn import positions  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+from bifocal_jax.nn import positions
+from experiments.extrapolation import run_summary
+from experiments.extrapolation.runs import ROSTER_KINDS, Preset
 
 DYCK, LISTOPS, DYCK_5LAYER = "dyck", "listops_depth", "dyck_5layer"
-RESULTS = os.path.join(REPO, "benchmarks", "results", "runs", "converged")
 
 
 def _scratch(table: dict, task: str) -> dict[str, dict[int, dict]]:
@@ -109,7 +107,7 @@ def five_best(table: dict) -> tuple[str, ...]:
 # 2026-12-05). The choices stay as made when roster kinds are later fixed to
 # their sources and rerun, or kinds are added: the chosen runs are the ones
 # registered, and the rules' answer on today's roster is reported beside them
-# (`main`), not substituted.
+# (`roster_choices.py`), not substituted.
 MADE = {
     DYCK_5LAYER: ("kerple_power", "fox", "stickbreaking", "kerple_log", "path"),
     DYCK: ("rope+stickbreaking", "spectral+stickbreaking", "rope+path"),
@@ -123,7 +121,7 @@ def extend(preset: Preset, results_dir: str) -> Preset:
   tasks' cells are complete, the five best on `dyck_5layer` once Dyck's are."""
   later = dict(MADE)
   if not MADE:
-    table = extrapolation_report.cells(extrapolation_report.load_summaries(results_dir))
+    table = run_summary.cells(run_summary.load_summaries(results_dir))
     if not missing(preset, table, (DYCK,)):
       later[DYCK_5LAYER] = five_best(table)
       if not missing(preset, table, (DYCK, LISTOPS)):
@@ -133,29 +131,3 @@ def extend(preset: Preset, results_dir: str) -> Preset:
           k for k in later.get(t.name, ()) if k not in t.later_kinds + t.chosen_kinds))
       for t in preset.tasks)
   return dataclasses.replace(preset, tasks=tasks)
-
-
-def main() -> int:
-  import extrapolation_presets  # pylint: disable=g-import-not-at-top
-  preset = extrapolation_presets.PRESETS["converged"]
-  table = extrapolation_report.cells(extrapolation_report.load_summaries(RESULTS))
-  for what, tasks, choose, made in (
-      ("five best on the 5-layer model", (DYCK,), five_best, MADE.get(DYCK_5LAYER)),
-      ("mixed pairings", (DYCK, LISTOPS), mixed_pairings, MADE.get(DYCK))):
-    if made:
-      print(f"{what}, as made: {', '.join(made)}")
-    lacking = missing(preset, table, tasks)
-    if lacking:
-      print(f"{what}, by the rule on today's roster: not yet; {len(lacking)} cells short, e.g. "
-            f"{', '.join(lacking[:4])}")
-    else:
-      print(f"{what}, by the rule on today's roster: {', '.join(choose(table))}")
-  return 0
-
-
-if __name__ == "__main__":
-  try:
-    sys.exit(main())
-  except ValueError as e:  # a malformed results file, named
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)

@@ -9,29 +9,32 @@ turns a finished run into the small JSON record committed under
 overrides, per split its accuracy with a 95% interval over examples, the
 curve over checkpoints under `at_steps`, the learned spectra, the probes'
 headline numbers, for a randomized kind whether it drew per layer); the
-report reads those records alone. `calibration_record` and
-`convergence_budget` turn a calibration run's curve into a step budget.
+report reads those records alone (`load_summaries`, `cells`, `load_budgets`).
+`calibration_record` and `convergence_budget` turn a calibration run's curve
+into a step budget.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
+import glob
 import json
 import os
 import platform
 import subprocess
-import sys
 from collections.abc import Sequence
 
 import ml_collections
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
-from extrapolation_runs import LEARNED, REPO, Run, TaskSpec, checkpoint_results_path  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax.nn import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.nn import positions
+from experiments.extrapolation.runs import LEARNED, REPO, Run, TaskSpec, checkpoint_results_path
 
 TOOK = "# took "  # the line `_execute` appends to a log when its command ends
+BUDGETS_FILE = "budgets.json"
+SUMMARY_KEYS = ("task", "arm", "group", "seed", "splits")
 
 
 def read_json(path: str):
@@ -246,3 +249,52 @@ def logged_seconds(workdir: str, stages: Sequence[str] = ("train", "eval")) -> f
     with contextlib.suppress(FileNotFoundError), open(os.path.join(workdir, f"{stage}.log")) as f:
       total += sum(float(line[len(TOOK):].split()[0]) for line in f if line.startswith(TOOK))
   return total
+
+
+# ----------------------------------------------------------------------------
+# Reading the committed summaries back (the report, the sweep, the roster choices).
+# ----------------------------------------------------------------------------
+
+
+def read_results_file(path: str) -> dict | None:
+  """A JSON object of the results directory (a run summary, `budgets.json`):
+  None if the file is absent; a ValueError naming it if it cannot be read or
+  is not a JSON object (nothing is rewritten over it)."""
+  try:
+    with open(path) as f:
+      data = json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ValueError(f"{path}: not readable as JSON ({e}); fix it or restore it "
+                     "(git checkout) before the sweep or its report reads it") from None
+  if not isinstance(data, dict):
+    raise ValueError(f"{path}: a JSON {type(data).__name__}, not an object")
+  return data
+
+
+def load_summaries(results_dir: str) -> list[dict]:
+  """Every run summary under `results_dir` (`seed*.json`); a ValueError naming
+  a file that is malformed or lacks a summary's keys."""
+  out = []
+  for path in sorted(glob.glob(os.path.join(results_dir, "**", "seed*.json"), recursive=True)):
+    summary = read_results_file(path)
+    lacking = [k for k in SUMMARY_KEYS if k not in summary]
+    if lacking:
+      raise ValueError(f"{path}: not a run summary (no {', '.join(lacking)})")
+    out.append(summary)
+  return out
+
+
+def cells(summaries: list[dict]) -> dict:
+  """{task: {(arm, group): {seed: summary}}}."""
+  table: dict = collections.defaultdict(lambda: collections.defaultdict(dict))
+  for s in summaries:
+    table[s["task"]][(s["arm"], s["group"])][s["seed"]] = s
+  return table
+
+
+def load_budgets(results_dir: str) -> dict:
+  """`budgets.json` of `results_dir` ({} before any calibration); a ValueError
+  naming it if it is malformed, so that no calibration writes over it."""
+  return read_results_file(os.path.join(results_dir, BUDGETS_FILE)) or {}

@@ -2,9 +2,9 @@ r"""What a sweep run is: the position kinds as the sweeps name them
 (`KINDS`, `kind_overrides`), a task of a preset (`TaskSpec`), one run (`Run`)
 or population of runs (`PopulationRun`) with the `train.py` and `eval.py`
 commands that make it, and a preset (`Preset`: tasks x kinds x seeds and its
-arms). The presets are in `extrapolation_presets.py`; running them, their
-summaries and the command line in `extrapolation.py`, whose docstring says
-what the arms, populations, budgets and shards are."""
+arms). The presets are in `presets.py`; running them, their summaries and the
+command line in `sweep.py`, whose docstring says what the arms, populations,
+budgets and shards are."""
 
 from __future__ import annotations
 
@@ -17,11 +17,15 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)  # bifocal_jax, from a checkout
-from bifocal_jax.nn import positions  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax.training.atomic_files import write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bifocal_jax.tasks.external import published as published_data  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.nn import positions
+from bifocal_jax.training.atomic_files import write_atomically
+from bifocal_jax.tasks.external import published as published_data
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The committed data: each preset's run summaries and budgets in
+# `RESULTS_DIR/<preset>/`, the performance benchmarks' figures in `BENCHMARK_RESULTS`.
+RESULTS_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
+BENCHMARK_RESULTS = os.path.join(REPO, "benchmarks", "results")
 
 LEARNED = 0.9  # valid token accuracy at which a task counts as learned in distribution
 
@@ -401,7 +405,7 @@ class Preset:
   learning_rates: tuple[float, ...] = ()  # set: populations (PopulationRun) of seeds x these
   data_workers: int = 0                  # populations: batch-making processes
   # (preset, results directory) -> the preset with what its results so far
-  # choose added (`roster_choices.extend`); `resolved` applies it.
+  # choose added (`roster_rules.extend`); `resolved` applies it.
   extend: Callable[[Preset, str], Preset] | None = None
 
   def resolved(self, results_dir: str) -> Preset:

@@ -1,16 +1,17 @@
 r"""The decisive experiment: does bifocal attention extrapolate? Runs, summaries, report.
 
-  python benchmarks/extrapolation.py --preset cpu --calibrate --jobs 2  # step budgets first
-  python benchmarks/extrapolation.py --preset cpu --jobs 2 --commit  # the sweep (resumable)
-  python benchmarks/extrapolation.py --preset cpu --dry_run        # what is left to run
-  python benchmarks/extrapolation.py --preset cpu --summarize_only --results_md RESULTS.md
-  python benchmarks/extrapolation.py --preset accelerator --limit 1  # one population (a GPU)
-  python benchmarks/extrapolation.py --preset cpu --shard 0/4 --commit  # machine 0 of 4
+  python -m experiments.extrapolation --preset cpu --calibrate --jobs 2  # step budgets first
+  python -m experiments.extrapolation --preset cpu --jobs 2 --commit  # the sweep (resumable)
+  python -m experiments.extrapolation --preset cpu --dry_run        # what is left to run
+  python -m experiments.extrapolation --preset cpu --summarize_only --results_md RESULTS.md
+  python -m experiments.extrapolation --preset accelerator --limit 1  # one population (a GPU)
+  python -m experiments.extrapolation --preset cpu --shard 0/4 --commit  # machine 0 of 4
 
-The presets (`PRESETS`) are in `extrapolation_presets.py`; what a run is
-(`TaskSpec`, `Run`, `PopulationRun`, `Preset`, the kinds) in
-`extrapolation_runs.py`; what a finished run's summary holds in
-`run_summary.py`; this file runs them and writes their summaries.
+(from the repository root; `python -m experiments.extrapolation.sweep` is the
+same). The presets (`PRESETS`) are in `presets.py`; what a run is
+(`TaskSpec`, `Run`, `PopulationRun`, `Preset`, the kinds) in `runs.py`; what a
+finished run's summary holds in `run_summary.py`; this file runs them and
+writes their summaries.
 
 A run is one training (`train.py`) and one evaluation (`eval.py`), each a
 subprocess in the run's workdir `OUT/<task>/<arm>/<group>/seed<N>`. Once both
@@ -21,7 +22,7 @@ split its accuracy with a 95% interval over examples; for a randomized kind
 whether it drew per layer, `draws_per_layer`). A run whose summary
 exists is done, whatever machine ran it: a sweep started elsewhere skips it,
 and `--summarize_only` rebuilds every table and plot from the summaries alone
-(`extrapolation_report.py`). A crash or a kill loses at most the run in flight
+(`report.py`). A crash or a kill loses at most the run in flight
 (its trainer resumes from its last checkpoint); a failed run leaves
 `failed.txt` in its workdir and the sweep goes on. A summary's `seconds`
 is the time of every command the sweeps ran for the run (`run_summary.logged_seconds`:
@@ -104,23 +105,19 @@ from collections.abc import Callable, Sequence
 from absl import app
 from absl import flags
 
+from bifocal_jax import machine
+from bifocal_jax.training.atomic_files import write_atomically
+from experiments.extrapolation import progress_report
+from experiments.extrapolation import report as report_lib
+from experiments.extrapolation.leaderboard_report import STEP_COSTS_FILE, step_costs
+from experiments.extrapolation.presets import PRESETS
+from experiments.extrapolation.run_summary import (  # pylint: disable=g-multiple-import
+    BUDGETS_FILE, TOOK, calibration_record, cells, load_budgets, logged_seconds, read_json,
+    summary_of, summary_path, trained, trained_fraction)
+from experiments.extrapolation.runs import (  # pylint: disable=g-multiple-import
+    REPO, RESULTS_DIR, PopulationRun, Preset, Run, TaskSpec, checkpoint_results_path,
+    published_data, published_file)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
-from extrapolation_presets import PRESETS  # pylint: disable=g-import-not-at-top,wrong-import-position
-from extrapolation_runs import (  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
-    REPO, PopulationRun, Preset, Run, TaskSpec, checkpoint_results_path, published_data,
-    published_file)
-from bifocal_jax.training.atomic_files import write_atomically  # pylint: disable=g-import-not-at-top,wrong-import-position
-from run_summary import (  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
-    TOOK, calibration_record, logged_seconds, read_json, summary_of, summary_path, trained,
-    trained_fraction)
-from bifocal_jax import machine  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from extrapolation_report import BUDGETS_FILE, cells, load_budgets  # pylint: disable=g-import-not-at-top,wrong-import-position
-from leaderboard_report import STEP_COSTS_FILE, step_costs  # pylint: disable=g-import-not-at-top,wrong-import-position
-import progress_report  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-RESULTS_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
 FAILED_FILE = "failed.txt"
 TAIL_LINES = 40
 
@@ -357,7 +354,7 @@ class Sweep:
   `pin_cores`: with several jobs, each job's commands run on its own share of
   the CPUs (`machine.core_slots`). `resolve`: the preset as the results extend
   it now (`Preset.resolved`), asked before each run is picked, so that a run
-  a preset chooses from its results (`roster_choices`) starts in the sweep
+  a preset chooses from its results (`roster_rules`) starts in the sweep
   that landed the results it was chosen from."""
 
   def __init__(self, preset: Preset, out: str, results_dir: str, *,
@@ -664,7 +661,6 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   if _PRESET.value is None:
     raise app.UsageError(f"--preset is required (one of {list(PRESETS)})")
-  import extrapolation_report  # pylint: disable=g-import-not-at-top
   results_dir = os.path.abspath(_RESULTS.value or os.path.join(RESULTS_DIR, _PRESET.value))
   def resolve() -> Preset:  # with what its results chose so far
     whole = PRESETS[_PRESET.value].resolved(results_dir)
@@ -701,18 +697,22 @@ def main(argv):
     counts = {s: list(statuses.values()).count(s) for s in sorted(set(map(str, statuses.values())))}
     print(f"sweep: {counts}", flush=True)
   link_base = os.path.dirname(os.path.abspath(_RESULTS_MD.value)) if _RESULTS_MD.value else None
-  markdown = extrapolation_report.report(PRESETS[_PRESET.value].resolved(results_dir), results_dir,
-                                        link_base=link_base)
+  markdown = report_lib.report(PRESETS[_PRESET.value].resolved(results_dir), results_dir,
+                               link_base=link_base)
   if _RESULTS_MD.value:
-    extrapolation_report.replace_block(_RESULTS_MD.value, markdown, _PRESET.value)
+    report_lib.replace_block(_RESULTS_MD.value, markdown, _PRESET.value)
   print(markdown)
   return 0
 
 
-if __name__ == "__main__":
-  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+def run() -> None:
+  """The command line: `main` under absl, a ValueError as one line and exit status 2."""
   try:
     sys.exit(app.run(main))
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+
+
+if __name__ == "__main__":
+  run()

@@ -8,13 +8,10 @@ against training steps.
 from __future__ import annotations
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
-from bifocal_jax.evaluation import stats  # pylint: disable=g-import-not-at-top,wrong-import-position
-import plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
-from report_tables import METRIC_NAMES, fmt_interval, markdown_table  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bifocal_jax.evaluation import stats
+from experiments.extrapolation import plot_style
+from experiments.extrapolation.report_tables import METRIC_NAMES, fmt_interval, markdown_table
 
 
 def _at_steps(runs: dict) -> list[int]:

@@ -1,0 +1,2 @@
+"""The project's experiments, each a package run from the repository root
+(`python -m experiments.NAME`); their committed data is under `results/`."""
