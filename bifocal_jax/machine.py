@@ -10,11 +10,11 @@ XLA:CPU allocates each executable's temporaries as one buffer per call (533 MB
 for the Chomsky-hierarchy transformer at batch 128, length 80) with
 `posix_memalign` from a worker thread. glibc serves such a request from a fresh
 `mmap` (a thread arena cannot hold it) and unmaps it on `free`, so every train
-step page-faults half a gigabyte of zeroed memory: about a quarter of the CPU
-time went to the kernel. With one arena, no `mmap` for large blocks, a high trim
-threshold and transparent huge pages, the buffer stays mapped from step to step
-(that model at length 80: 0.77 s -> 0.58 s per step; the README's Performance
-section has the benchmark figures). Peak resident memory grows (freed blocks are kept for reuse).
+step page-faults half a gigabyte of zeroed memory, CPU time spent in the
+kernel. With one arena, no `mmap` for large blocks, a high trim threshold and transparent huge
+pages, the buffer stays mapped from step to step (the measurements: README,
+Performance, "The host allocator"; docs/performance.md). Peak resident memory
+grows (freed blocks are kept for reuse).
 
 glibc reads `GLIBC_TUNABLES` only at process start, so the entry points
 (`train.py`, the training benchmarks) call `use_tuned_allocator()` first: it
@@ -23,8 +23,8 @@ re-executes the same command line once with the tunables set. Set
 respected. Only Linux with glibc is affected.
 
 The compilation cache: a train step takes seconds to compile (the
-Chomsky-hierarchy benchmark compiles one per length bucket, 3-4 s each on 2
-CPU cores), and a second run of the same config compiles the same programs.
+Chomsky-hierarchy benchmark compiles one per length bucket), and a second run
+of the same config compiles the same programs.
 `use_compilation_cache()` points JAX's persistent cache at
 `$XDG_CACHE_HOME/bifocal_jax/jax_compilation_cache` (`~/.cache/...` without
 it), so a re-run loads them instead. JAX keys each entry by the program, the
@@ -124,15 +124,13 @@ def core_slots(jobs: int, cores: Iterable[int] | None = None) -> list[frozenset[
   `sched_setaffinity` (macOS). The sweep's `--jobs` run each on its own share.
 
   Why pin: XLA:CPU sizes its thread pool to the CPUs a process may use, so
-  two processes on 2 cores each split their small matmuls over both cores and
-  contend for them. Pinned one core each (2026-12-03, this 2-core VM, two
-  600-step `listops_depth` runs of the cpu preset's model at once): 9.6 and
-  10.0 steps/s against 8.2 and 8.8 unpinned, start to end 68.6 s against
-  86.5 s. (A run's floats then differ in the last bits from an unpinned
-  run's: XLA splits reductions by thread.) Not for the test suite: its two
-  pytest-xdist workers pinned one core each took 13:56 (quiet, 2026-12-03
-  09:36 UTC) where unpinned they took 11:38 earlier that day (its tests wait
-  on subprocesses, and an idle worker's core then helps the other)."""
+  processes sharing the same cores each split their small matmuls over all of
+  them and contend for them; pinned, each runs on its own share (the
+  measurement: README, "Results", the `--jobs J > 1` paragraph). A run's
+  floats then differ in the last bits from an unpinned run's: XLA splits
+  reductions by thread. Not for the test suite: its tests wait on
+  subprocesses, and an unpinned idle worker's core then helps the other
+  (docs/performance.md)."""
   if cores is None:
     if not hasattr(os, "sched_getaffinity"):
       return [None] * jobs

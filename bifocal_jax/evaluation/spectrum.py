@@ -50,7 +50,8 @@ __all__ = ("pyplot", "load_trajectory", "candidate_periods", "harmonic_fit", "sp
 
 def pyplot():
   """`matplotlib.pyplot` on the file backend (Agg), imported on first use:
-  it costs every `train.py` process ~0.4 s of start-up, and training never plots."""
+  importing it would lengthen every `train.py` process's start-up
+  (docs/performance.md), and training never plots."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top

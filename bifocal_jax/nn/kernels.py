@@ -90,8 +90,8 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
 # Query and key block of `_blocked_attention` (sequences longer than
 # `query_chunk`). XLA:CPU runs each block's softmax as a few kernels with the
 # `[B, H, block, block]` float32 scores between them, so the block is sized for
-# them to stay in a core's L2 (1 MB at 4 heads, batch 1): at 4,096-16,384
-# tokens, head_dim 16, 256 took 0.65-0.9x the CPU time of 512 and of 128.
+# them to stay in a core's L2 (1 MB at 4 heads, batch 1); blocks of 128 and
+# 512 were timed against it (README, Performance, long-sequence evaluation).
 BLOCK = 256
 
 
@@ -211,9 +211,8 @@ def softmax_attention(q_BxHxQxK, k_BxHxSxK, v_BxHxSxK, bias=None):
   `e = exp(s - max)`, and the normalisation `1 / sum(e)` is applied to the
   `[Q, K]` outputs and output gradients instead of the `[Q, S]` scores; the
   gradients that sum over queries (dV, dK) are broadcast multiply-and-reduce
-  passes (`_sum_over_queries`). ~2x faster than autodiff of the forward at
-  head_dim 8, ~1.3x at head_dim 16 (measured before `_sum_over_queries`,
-  which made it faster still).
+  passes (`_sum_over_queries`). Written out because, on XLA:CPU, it runs
+  faster than autodiff of the forward (docs/performance.md).
   """
   return _softmax_attention_fwd(q_BxHxQxK, k_BxHxSxK, v_BxHxSxK, bias)[0]
 
@@ -260,9 +259,9 @@ def _sum_over_queries(a_BxHxQxS, x_BxHxQxK):
   """`a^T x` per batch and head: `[B, H, S, K]`, summed over the queries.
 
   Written as a broadcast multiply and a sum over Q, which XLA:CPU fuses into one
-  pass over `a` with no `[Q, S, K]` intermediate. Its dot kernels, which must
-  contract the major Q dimension, took 1.4-2.1x longer at head_dim 8-64, and
-  the whole attention forward + backward 1.1-1.7x (`benchmarks/attention_kernels.py`).
+  pass over `a` with no `[Q, S, K]` intermediate. Its dot kernels must
+  contract the major Q dimension, which they do more slowly
+  (`benchmarks/attention_kernels.py`; README, Performance, "Attention on CPU").
   Accumulates in float32.
   """
   a, x = a_BxHxQxS.astype(jnp.float32), x_BxHxQxK.astype(jnp.float32)

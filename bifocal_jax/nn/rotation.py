@@ -48,7 +48,7 @@ def _rotate_queries_keys_bwd(layout, residuals, d_out):
   d_angles = d2 * out1 - d1 * out2  # [2, B, L, H, pairs]
   # angles = positions * frequencies: d_frequencies = sum over (q|k, batch, seq) of
   # positions * d_angles, as a matrix-vector product (XLA:CPU reduces the major
-  # dimensions of d_angles several times slower).
+  # dimensions of d_angles more slowly: docs/performance.md).
   weight = jnp.broadcast_to(positions.astype(jnp.float32), d_angles.shape[:3]).reshape(-1)
   d_frequencies = jnp.dot(weight, d_angles.reshape(weight.shape[0],
                                                    -1)).reshape(d_angles.shape[-2:])  # [H, pairs]

@@ -27,9 +27,10 @@ per length bucket, as the plain step), `apply` once. Populations pad their
 members to one width and take no groups (config validation says so).
 
 Besides the padding, smaller groups run faster per row where a whole
-batch's activations outgrow the caches: the 5-layer model (batch 128) steps
-in 0.36-0.50x the time in 8 groups, the 2-layer one (batch 32) in 0.52x on
-ListOps and gains nothing on Dyck (README, Performance, "Length groups").
+batch's activations outgrow the caches (the 5-layer model, batch 128); the
+2-layer Dyck step gains nothing, its groups' extra dispatches costing what
+the padding saved, and stays one padded batch (the step times: README,
+Performance, "Length groups").
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ How:
 * each member draws its batches from its own seed (`train_batches`; members
   sharing a seed share them), padded to one width per step.
 
-On a CPU this gains nothing (P members cost about P times one: README,
-"Population training"); it is for accelerators. One process only (validated).
+On a CPU this gains nothing (the measurement: README, "Population
+training"); it is for accelerators. One process only (validated).
 
 Workdir layout (besides the single run's `config.json`, `checkpoints/` with
 the stacked state, and a population-level `metrics.jsonl`): per member

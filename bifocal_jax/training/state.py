@@ -109,7 +109,7 @@ def init_state(config, task, mesh, tx, *, params_override=None):
   param_shardings = sharding_lib.param_shardings(abstract_params, mesh)
   # Built under jit: eagerly, every initializer compiles on its own. The
   # initializers' random-number code is slow to optimise and runs once, so
-  # XLA's backend optimisations are off here (seconds of compile saved).
+  # XLA's backend optimisations are off here (docs/performance.md).
   init_jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
   rep = sharding_lib.replicated(mesh)
   if params_override is None:  # one program for both: one trace, one compile

@@ -187,10 +187,10 @@ def make_train_step(s: Setup):
 
 
 def compiler_options() -> dict | None:
-  """XLA options of the compiled steps. On CPU, backend optimisation level 1
-  compiles the train step ~15% faster with bitwise the same results and the
-  same step time (`benchmarks/compile_options.py`, README Performance);
-  elsewhere XLA's defaults."""
+  """XLA options of the compiled steps. On CPU, backend optimisation level 1,
+  which compiles the train step faster than the default level with bitwise
+  the same results and no slower steps (`benchmarks/compile_options.py`; the
+  figures: README, Performance); elsewhere XLA's defaults."""
   return {"xla_backend_optimization_level": 1} if jax.default_backend() == "cpu" else None
 
 

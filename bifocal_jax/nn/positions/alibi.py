@@ -86,8 +86,8 @@ def randomized_alibi_bias(q_index_BxQ, k_index_BxS, distances_BxL, slopes_H, *,
   diff_BxQxS = q_index_BxQ[..., :, None] - k_index_BxS[..., None, :]
   distances_Bx1xL = jnp.atleast_2d(distances_BxL).astype(jnp.float32)[:, None, :]
   # Gathered once, not fused: fused into the score kernels, XLA:CPU redoes
-  # the gather for every batch row of each (the step on the large config
-  # took ~1.3x rope's).
+  # the gather for every batch row of each (the train step before and after:
+  # README, "Position kinds").
   r = jax.lax.optimization_barrier(
       jnp.take_along_axis(distances_Bx1xL, jnp.abs(diff_BxQxS), axis=-1, mode="clip"))
   slopes = jnp.asarray(slopes_H, jnp.float32)[:, None, None]

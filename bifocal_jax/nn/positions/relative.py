@@ -85,8 +85,8 @@ def encoding_products(qv_NxK: jax.Array, r_WxK: jax.Array) -> jax.Array:
   `N` (batch x queries) dimension: autodiff's dot makes XLA:CPU transpose
   `dX` to `[W, N]` first, a pass over the head's logits. As a broadcast
   multiply and a sum over `N` (`kernels._sum_over_queries`' form) it is one
-  pass: `relative`'s train step went from 1.26x to 1.18x rope's on the
-  default Dyck config (README, "Position kinds", its "Cost" paragraphs).
+  pass (the train step before and after: README, "Position kinds", its
+  "Cost" paragraphs).
   """
   return qv_NxK @ r_WxK.T
 
@@ -137,10 +137,9 @@ def relative_logits(q_BxHxQxK, k_BxHxSxK, r_WxHxK, u_HxK, v_HxK, *,
   elif per_head:
     # One plain [B Q, K] x [K, W] matmul and skew per head: the batched einsum
     # below makes XLA:CPU transpose its [B, H, Q, W] output to heads-major and
-    # back (forward and backward). Per head, these logits' forward and backward
-    # alone took 0.6x (Dyck default) and 0.75x (width 256, 8 heads) of the
-    # einsum's time; the large config's train step went from 1.35x to 1.15x
-    # rope's (README).
+    # back (forward and backward); per head there is no such transpose (the
+    # logits timed alone: docs/performance.md; the train step: README,
+    # "Position kinds").
     b, heads, queries, head_dim = q_BxHxQxK.shape
 
     def head(h):
@@ -172,7 +171,7 @@ class RelativeBias(nnx.Module):
   def encodings(self, values) -> jax.Array:
     """`R = W_R s(values)` as `[..., H, K]` (`values` `[...]`)."""
     hidden = self.num_heads * self.head_dim
-    if self.released_lookup:  # issue #2: a table of positions 0 .. max_position-1 only
+    if self.released_lookup:  # their issue #2: a table of positions 0 .. max_position-1 only
       values = jnp.clip(values + self.max_position, 0, self.max_position - 1)
     s = absolute.sinusoid(values, hidden, self.max_time)
     return (s @ self.w_r[...]).reshape(*jnp.shape(values), self.num_heads, self.head_dim)
@@ -239,6 +238,6 @@ SCHEMES = (
 )
 
 CONFIG_KEYS = {
-    # randomized_relative: the released code's table lookup (issue #2) instead of the fix
+    # randomized_relative: the released code's table lookup (their issue #2) instead of the fix
     "released_noisy_relative": ml_collections.config_dict.placeholder(bool),
 }
