@@ -18,15 +18,13 @@ Reported per head size, as fractions of the peak:
                                  else: what any kernel built from them can reach;
   blocked                        `_blocked_attention`'s block pair as it runs.
 
-  python benchmarks/attention_ceiling.py
-  python benchmarks/attention_ceiling.py --out=benchmarks/results/attention_ceiling.json
-  python benchmarks/attention_ceiling.py --block=32 --head_dims=8 --peak_scale=0.05  # tests
+  python -m benchmarks.attention_ceiling
+  python -m benchmarks.attention_ceiling --out=benchmarks/results/attention_ceiling.json
+  python -m benchmarks.attention_ceiling --block=32 --head_dims=8 --peak_scale=0.05  # tests
 """
 
 from __future__ import annotations
 
-import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -34,8 +32,7 @@ from absl import app, flags
 
 from bifocal_jax.nn import kernels
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import bench_util
 
 _HEAD_DIMS = flags.DEFINE_list("head_dims", ["16", "32", "64"],
                                "Head sizes (the default Dyck model's is 16).")

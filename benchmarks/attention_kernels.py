@@ -9,8 +9,8 @@ that put the small operand first) against `kernels._sum_over_queries`
 whole attention forward + backward with each, at the reference trainer's
 shape and the larger benchmark configs.
 
-  python benchmarks/attention_kernels.py
-  python benchmarks/attention_kernels.py --out=benchmarks/results/attention_kernels.json
+  python -m benchmarks.attention_kernels
+  python -m benchmarks.attention_kernels --out=benchmarks/results/attention_kernels.json
 """
 
 from __future__ import annotations
@@ -20,9 +20,6 @@ from bifocal_jax import machine
 machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
-import os
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,8 +27,7 @@ from absl import flags
 
 from bifocal_jax.nn import kernels
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import bench_util
 
 # (batch, heads, length, head_dim): the reference trainer's layer (batch 128,
 # 5x64 with 8 heads, 40 + 40 positions), the default dyck config's, the large
@@ -81,7 +77,7 @@ def measure(shape, repeats: int) -> dict:
     return jax.jit(jax.grad(lambda q, k, v: jnp.sum(fn(q, k, v, bias) ** 2), argnums=(0, 1, 2)))
   layers = {"dot": grads(_dots_over_queries),
             "reduce": grads(kernels._sum_over_queries)}  # pylint: disable=protected-access
-  candidates = {f"kernel {n}": (lambda f=f: f(p, q)) for n, f in kernels.items()}
+  candidates = {f"kernel {n}": (lambda f=f: f(p, q)) for n, f in impls.items()}
   candidates |= {f"attention {n}": (lambda f=f: f(q, k, v)) for n, f in layers.items()}
   for fn in candidates.values():  # compile outside the timing
     jax.block_until_ready(fn())

@@ -24,7 +24,6 @@ import jax.numpy as jnp
 from absl import app
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules
 from bifocal_jax import configs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax.training import state
 from bifocal_jax import tasks

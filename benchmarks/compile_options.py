@@ -11,9 +11,9 @@ curriculum: the compile seconds (all buckets) and the loop's seconds (each
 bucket's step time times the number of steps that use it), without data or
 host overhead.
 
-  python benchmarks/compile_options.py                         # default vs O1 vs O2
-  python benchmarks/compile_options.py --rounds=5 --out=/tmp/opts.json
-  python benchmarks/compile_options.py \
+  python -m benchmarks.compile_options                         # default vs O1 vs O2
+  python -m benchmarks.compile_options --rounds=5 --out=/tmp/opts.json
+  python -m benchmarks.compile_options \
       --candidates='{"default": {}, "split8": {"xla_cpu_parallel_codegen_split_count": 8}}'
 
 Measured on a shared machine, only the ratios between candidates mean much.
@@ -28,8 +28,6 @@ machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
 
 import collections
 import json
-import os
-import sys
 import time
 
 import jax
@@ -40,9 +38,8 @@ from bifocal_jax.training import sharding
 from bifocal_jax.training import state as state_lib
 from bifocal_jax.training import steps as steps_lib
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
-import reference_trainer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import bench_util
+from benchmarks import reference_trainer
 
 DEFAULT_CANDIDATES = {"default": {}, "O1": {"xla_backend_optimization_level": 1},
                       "O2": {"xla_backend_optimization_level": 2}}

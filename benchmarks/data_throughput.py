@@ -1,8 +1,8 @@
 r"""Examples per second of the training pipeline, on one CPU core.
 
-  python benchmarks/data_throughput.py                     # default Dyck task, batch 32
-  python benchmarks/data_throughput.py --task=modular_arithmetic_brackets --batch_size=64
-  python benchmarks/data_throughput.py --train_config=configs/dyck.py   # + the train step
+  python -m benchmarks.data_throughput                     # default Dyck task, batch 32
+  python -m benchmarks.data_throughput --task=modular_arithmetic_brackets --batch_size=64
+  python -m benchmarks.data_throughput --train_config=configs/dyck.py   # + the train step
 
 The process is pinned to one core (`--cpu`, -1: no pinning), so the figure is
 what one host core feeds. With `--train_config`, the same batches also go

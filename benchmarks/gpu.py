@@ -1,8 +1,8 @@
 r"""Accelerator benchmark, one short call: the bf16 matmul peak, train-step MFU
 at an accelerator-sized config, and the fused attention path.
 
-  python benchmarks/gpu.py --out=benchmarks/results/gpu.json   # on a GPU (~2 min)
-  python benchmarks/gpu.py --tiny                              # dry run, any backend
+  python -m benchmarks.gpu --out=benchmarks/results/gpu.json   # on a GPU (~2 min)
+  python -m benchmarks.gpu --tiny                              # dry run, any backend
 
 Sections (each reports its error instead of stopping the others):
   peak       a `size`^3 bfloat16 `jnp.dot` (float32 accumulation inside).
@@ -30,7 +30,6 @@ a GPU: `tests/test_benchmarks.py` runs `--tiny` on CPU.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import traceback
@@ -48,8 +47,7 @@ from bifocal_jax.training import steps as steps_lib
 from bifocal_jax.training import state as state_lib
 from bifocal_jax.tasks import pipeline
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import bench_util
 
 _TINY = flags.DEFINE_bool("tiny", False, "Tiny sizes: a dry run on any backend.")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timing rounds.", lower_bound=1)

@@ -25,16 +25,14 @@ original ran faster). What it does:
     `jax.jit` whose shapes change with n (one compilation per length); the
     host reads the loss every `log_every` steps.
 
-  python benchmarks/haiku_reference.py --out=/tmp/haiku.json   # 2,000 steps
-  python benchmarks/haiku_reference.py --steps=100 --fixed_steps=20
+  python -m benchmarks.haiku_reference --out=/tmp/haiku.json   # 2,000 steps
+  python -m benchmarks.haiku_reference --steps=100 --fixed_steps=20
 
 Needs `dm-haiku` (in requirements.txt, for this script only).
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 import haiku as hk
@@ -44,8 +42,7 @@ import numpy as np
 import optax
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import bench_util
 
 FLAGS = flags.FLAGS
 

@@ -1,10 +1,10 @@
 r"""Length groups (`config.data.length_groups`) against one padded batch: the
 training step's time on the sweep's own batches.
 
-  python benchmarks/length_groups.py                        # the converged sweep's depth tasks
-  python benchmarks/length_groups.py --tasks=listops_depth --groups=1,4 --rounds=3
-  python benchmarks/length_groups.py --out=benchmarks/results/length_groups.json
-  python benchmarks/length_groups.py --tasks=smoke --steps=2 --rounds=1   # seconds (tests)
+  python -m benchmarks.length_groups                        # the converged sweep's depth tasks
+  python -m benchmarks.length_groups --tasks=listops_depth --groups=1,4 --rounds=3
+  python -m benchmarks.length_groups --out=benchmarks/results/length_groups.json
+  python -m benchmarks.length_groups --tasks=smoke --steps=2 --rounds=1   # seconds (tests)
 
 Each task is a task of the `converged` preset (`experiments/extrapolation/presets.py`)
 configured as its runs are (`configs/<task>.py`, its variant and overrides;
@@ -23,14 +23,10 @@ from bifocal_jax import machine
 machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
-import os
-import sys
-
 import jax
 import numpy as np
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import bench_util
 from experiments.extrapolation import presets, runs
 from bifocal_jax.training import config as config_lib

@@ -1,9 +1,8 @@
 r"""Evaluation time and peak memory of long sequences, one length per process.
 
-  python benchmarks/long_eval.py                                # 256 .. 16384
-  python benchmarks/long_eval.py --lengths=256,1024 --out=/tmp/long.json
-  python benchmarks/long_eval.py --config=configs/dyck.py --kind=rope
-  python benchmarks/long_eval.py --baseline                     # before / after
+  python -m benchmarks.long_eval                                # 256 .. 16384
+  python -m benchmarks.long_eval --lengths=256,1024 --out=/tmp/long.json
+  python -m benchmarks.long_eval --config=configs/dyck.py --kind=rope
 
 Each length runs in a fresh subprocess (so its peak resident memory is its
 own): it builds the config's model (default: `configs/dyck.py`), compiles the
@@ -22,14 +21,13 @@ products: `2 L^2 d_model` per layer for scores and values, times the layers)
 over the evaluation's seconds, over the float32 matmul peak measured in the
 same run (`bench_util.PEAK_SHAPES`, before and after the lengths; the faster).
 It counts attention only, so it is a lower bound on the step's arithmetic
-rate. `--baseline` also runs every length with the kernel before issue #33
-(`baseline_attention.py`), interleaved, and reports the speedup.
+rate. (Against the kernel before issue #33: the README, with the commit that
+measured it.)
 """
 
 from __future__ import annotations
 
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -39,11 +37,8 @@ import jax
 import numpy as np
 from absl import flags
 
+from benchmarks import bench_util
 from bifocal_jax.training import sharding
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import baseline_attention  # pylint: disable=g-import-not-at-top,wrong-import-position
-import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 DEFAULT_LENGTHS = [256 * 2**i for i in range(7)]  # 256 .. 16384
 _LENGTHS = flags.DEFINE_list("lengths", [str(n) for n in DEFAULT_LENGTHS], "Sequence lengths.")
@@ -53,9 +48,6 @@ _RUNS = flags.DEFINE_integer("runs", 3, "Timed evaluations per length.", lower_b
 _LIMIT_GB = flags.DEFINE_float("limit_gb", 8.0, "Peak RSS budget at the longest length.")
 _WORKER = flags.DEFINE_integer("worker", 0, "Internal: evaluate this one length and print JSON.")
 _OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
-_BASELINE = flags.DEFINE_bool("baseline", False, "Also run each length with the old kernel.")
-_ATTEND = flags.DEFINE_enum("attend", "current", ["current", "baseline"],
-                            "Internal: the worker's attention kernel.")
 _PEAK_REPEATS = flags.DEFINE_integer("peak_repeats", 5, "Interleaved repeats of the peak matmuls.")
 
 
@@ -64,12 +56,11 @@ def rss_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def evaluate_length(length: int, config_path: str, kind: str, runs: int,
-                    attend: str = "current") -> dict:
+def evaluate_length(length: int, config_path: str, kind: str, runs: int) -> dict:
   config = bench_util.load_config(config_path)
   config.position.kind = kind
   mesh = sharding.make_mesh(config.mesh)
-  with jax.set_mesh(mesh), baseline_attention.use_baseline(attend == "baseline"):
+  with jax.set_mesh(mesh):
     eval_step, args = bench_util.long_eval_inputs(config, length, mesh)
     before = rss_mb()
     start = time.perf_counter()
@@ -85,7 +76,7 @@ def evaluate_length(length: int, config_path: str, kind: str, runs: int,
   return dict(length=length, seconds=bench_util.median(seconds),
               tokens_per_sec=length / bench_util.median(seconds), compile_seconds=compile_seconds,
               peak_rss_mb=peak, rss_before_compile_mb=before, rss_growth_mb=peak - before,
-              backend=jax.default_backend(), attend=attend,
+              backend=jax.default_backend(),
               attention_flops=causal_attention_flops(config, length))
 
 
@@ -96,26 +87,14 @@ def causal_attention_flops(config, length: int) -> float:
   return 2.0 * length * length * heads * head_dim * config.model.num_layers
 
 
-def run_length(length: int, config_path: str, kind: str, runs: int, attend: str) -> dict:
-  cmd = [sys.executable, os.path.abspath(__file__), f"--worker={length}", f"--config={config_path}",
-         f"--kind={kind}", f"--runs={runs}", f"--attend={attend}"]
+def run_length(length: int, config_path: str, kind: str, runs: int) -> dict:
+  cmd = [sys.executable, "-m", "benchmarks.long_eval", f"--worker={length}",
+         f"--config={config_path}", f"--kind={kind}", f"--runs={runs}"]
   out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=bench_util.REPO)
   row = json.loads(out.stdout.strip().splitlines()[-1])
-  print(f"length {length} ({attend}): {row['seconds']:.3f} s, peak RSS {row['peak_rss_mb']:.0f} MB",
+  print(f"length {length}: {row['seconds']:.3f} s, peak RSS {row['peak_rss_mb']:.0f} MB",
         flush=True)
   return row
-
-
-def run_lengths(lengths, config_path: str, kind: str, runs: int,
-                baseline: bool = False) -> tuple[list[dict], list[dict]]:
-  """Rows of the current kernel and (with `baseline`) of the old one, each
-  length's pair run back to back."""
-  rows, baseline_rows = [], []
-  for length in lengths:
-    rows.append(run_length(length, config_path, kind, runs, "current"))
-    if baseline:
-      baseline_rows.append(run_length(length, config_path, kind, runs, "baseline"))
-  return rows, baseline_rows
 
 
 def growth_per_token(rows: list[dict]) -> float:
@@ -128,16 +107,14 @@ def growth_per_token(rows: list[dict]) -> float:
 def main(argv):
   del argv
   if _WORKER.value:
-    print(json.dumps(evaluate_length(_WORKER.value, _CONFIG.value, _KIND.value, _RUNS.value,
-                                     _ATTEND.value)))
+    print(json.dumps(evaluate_length(_WORKER.value, _CONFIG.value, _KIND.value, _RUNS.value)))
     return
   machine = bench_util.machine()
   peaks = [bench_util.measure_peak(_PEAK_REPEATS.value)]
-  rows, baseline_rows = run_lengths([int(n) for n in _LENGTHS.value], _CONFIG.value, _KIND.value,
-                                    _RUNS.value, _BASELINE.value)
+  rows = [run_length(int(n), _CONFIG.value, _KIND.value, _RUNS.value) for n in _LENGTHS.value]
   peaks.append(bench_util.measure_peak(_PEAK_REPEATS.value))
   peak = max(peaks)
-  for row in rows + baseline_rows:
+  for row in rows:
     row["peak_fraction"] = row["attention_flops"] / row["seconds"] / peak
   config = bench_util.load_config(_CONFIG.value)
   print(f"{machine['cpu']}, {machine['cores']} cores, {machine['backend']}, {machine['date']}, "
@@ -151,10 +128,6 @@ def main(argv):
   table = [[r["length"], f"{r['seconds']:.3f}", f"{r['tokens_per_sec']:,.0f}",
             f"{r['peak_fraction']:.1%}", f"{r['peak_rss_mb']:.0f}", f"{r['rss_growth_mb']:.0f}",
             f"{r['compile_seconds']:.1f}"] for r in rows]
-  if baseline_rows:
-    header += ["baseline eval s", "baseline peak fraction", "speedup"]
-    for line, r, b in zip(table, rows, baseline_rows):
-      line += [f"{b['seconds']:.3f}", f"{b['peak_fraction']:.1%}", f"{b['seconds'] / r['seconds']:.2f}x"]
   print(bench_util.markdown_table(header, table))
   slope = growth_per_token(rows)
   longest = rows[-1]
@@ -163,7 +136,7 @@ def main(argv):
         f"({longest['length']}): {longest['peak_rss_mb'] / 1024:.2f} GB peak, "
         f"{'within' if within else 'OVER'} {_LIMIT_GB.value:g} GB")
   bench_util.write_json(_OUT.value, dict(machine=machine, config=_CONFIG.value, kind=_KIND.value,
-                                         rows=rows, baseline_rows=baseline_rows,
+                                         rows=rows,
                                          peak_flops_per_sec=peak, peak_flops_per_sec_runs=peaks,
                                          load_average_end=bench_util.load_average(),
                                          rss_growth_mb_per_token=slope))

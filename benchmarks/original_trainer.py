@@ -4,7 +4,7 @@ r"""DeepMind's Chomsky-hierarchy trainer itself, run from a checkout, timed.
 subprocess (its own imports and allocator) after timing this project's
 trainer, so that both are measured on the same machine in the same run:
 
-  python benchmarks/original_trainer.py --reference_checkout DIR \
+  python -m benchmarks.original_trainer --reference_checkout DIR \
       --lengths_file LENGTHS.json --out /tmp/original.json
 
 DIR is a checkout of github.com/google-deepmind/neural_networks_chomsky_hierarchy

@@ -1,7 +1,7 @@
 r"""Compile time before the first step: one program after another, or in parallel threads.
 
-  python benchmarks/parallel_compile.py --out=benchmarks/results/parallel_compile.json
-  python benchmarks/parallel_compile.py --parts=reference --rounds=1
+  python -m benchmarks.parallel_compile --out=benchmarks/results/parallel_compile.json
+  python -m benchmarks.parallel_compile --parts=reference --rounds=1
 
 Every measurement runs in a fresh process with the compilation cache off
 (`BIFOCAL_COMPILATION_CACHE=off`: a user's first run), the two settings
@@ -30,9 +30,8 @@ import time
 
 from absl import flags
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
-import reference_trainer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import bench_util
+from benchmarks import reference_trainer
 
 # `--out` is reference_trainer's flag (shared).
 
@@ -74,7 +73,7 @@ def cold_env(**extra) -> dict:
 
 
 def run_reference(workers: int) -> dict:
-  cmd = [sys.executable, os.path.abspath(__file__), f"--worker={workers}"]
+  cmd = [sys.executable, "-m", "benchmarks.parallel_compile", f"--worker={workers}"]
   out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, cwd=bench_util.REPO,
                        env=cold_env())
   row = json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,7 +1,7 @@
 r"""Population benchmark: P members in one compiled program against one member.
 
-  python benchmarks/population_step.py                               # this CPU: P = 1, 2, 4
-  python benchmarks/population_step.py --config=configs/reverse_string.py:paper \
+  python -m benchmarks.population_step                               # this CPU: P = 1, 2, 4
+  python -m benchmarks.population_step --config=configs/reverse_string.py:paper \
       --sizes=1,8,16,32 --out=benchmarks/results/population_gpu.json  # an accelerator
 
 For each population size P (members: seeds 0..P-1) and for the single run's
@@ -24,7 +24,6 @@ machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
 
 import copy
 import os
-import sys
 import time
 
 import jax
@@ -37,8 +36,7 @@ from bifocal_jax.training import state as state_lib
 from bifocal_jax.training import steps as steps_lib
 from bifocal_jax.tasks import pipeline
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_util  # pylint: disable=wrong-import-position
+from benchmarks import bench_util
 
 _CONFIG = flags.DEFINE_string("config", "configs/reverse_string.py",
                               "Config file (`path:variant`), relative to the repository.")

@@ -7,8 +7,8 @@ string (the published `k8_m20.test`'s longest) in query chunks of 1024, with
 the compiled program's temporary memory (XLA's `memory_analysis`) next to
 what one `L x L` float32 score matrix per head would take.
 
-  python benchmarks/positions_attention.py
-  python benchmarks/positions_attention.py --out=benchmarks/results/positions_attention.json
+  python -m benchmarks.positions_attention
+  python -m benchmarks.positions_attention --out=benchmarks/results/positions_attention.json
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from bifocal_jax import machine
 machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
-import os
-import sys
 import time
 
 import jax
@@ -31,8 +29,7 @@ from flax import nnx
 from bifocal_jax.nn import kernels
 from bifocal_jax.nn.positions import cope, fope, fox, path, stickbreaking
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import bench_util
 
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Interleaved repeats (training size).", lower_bound=1)
 _EVAL_REPEATS = flags.DEFINE_integer("eval_repeats", 2, "Repeats of the long evaluation.",

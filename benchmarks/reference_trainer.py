@@ -12,10 +12,10 @@ of two instead (16, 32, 64, 80), as `train.py` does by default.
 
   # the comparison of record: their code from a checkout, in the same run;
   # ours from a cold cache, then again warm (a user's second run)
-  BIFOCAL_COMPILATION_CACHE=$(mktemp -d) python benchmarks/reference_trainer.py \
+  BIFOCAL_COMPILATION_CACHE=$(mktemp -d) python -m benchmarks.reference_trainer \
       --reference_checkout=DIR --warm_rerun --out=benchmarks/results/reference_trainer.json
-  python benchmarks/reference_trainer.py --steps=100      # a quick look (stand-in)
-  python benchmarks/reference_trainer.py --smoke --steps=6  # seconds (tests)
+  python -m benchmarks.reference_trainer --steps=100      # a quick look (stand-in)
+  python -m benchmarks.reference_trainer --smoke --steps=6  # seconds (tests)
 
 The reference:
   original   with `--reference_checkout=DIR` (a checkout of
@@ -85,9 +85,8 @@ from bifocal_jax.training import state as state_lib
 from bifocal_jax.training import steps as steps_lib
 from bifocal_jax.tasks import pipeline
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_util  # pylint: disable=g-import-not-at-top,wrong-import-position
-import original_trainer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import bench_util
+from benchmarks import original_trainer
 
 MAX_INPUT_LENGTH = 40
 
@@ -307,12 +306,13 @@ def run_ours_again(steps: int, kind: str, *, in_flight: int, fixed_steps: int, b
   user's second run of the same command): its figures as `run_ours` gives them."""
   with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "warm.json")
-    command = [sys.executable, os.path.abspath(__file__), f"--steps={steps}", f"--kind={kind}",
-               f"--in_flight={in_flight}", f"--fixed_steps={fixed_steps}",
+    command = [sys.executable, "-m", "benchmarks.reference_trainer", f"--steps={steps}",
+               f"--kind={kind}", f"--in_flight={in_flight}", f"--fixed_steps={fixed_steps}",
                f"--bucket_every={bucket_every}", f"--step_compile_options={json.dumps(xla_options or {})}",
                f"--smoke={smoke}", "--nostand_in", "--nowarm_rerun", f"--out={out}",
                f"--compile_workers={compile_workers or 0}"]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    result = subprocess.run(command, capture_output=True, text=True, check=False,
+                            cwd=bench_util.REPO)
     if result.returncode:
       sys.stderr.write(result.stderr[-4000:])
       raise RuntimeError(f"the second run of ours failed (exit status {result.returncode})")
@@ -355,7 +355,7 @@ def run(steps: int, kind: str, *, in_flight: int = 2, fixed_steps: int = 10,
     if warm_rerun:
       r["speedup_vs_original_warm"] = original["end_to_end_seconds"] / warm["end_to_end_seconds"]
   elif stand_in:
-    import haiku_reference  # pylint: disable=g-import-not-at-top
+    from benchmarks import haiku_reference  # pylint: disable=g-import-not-at-top
     without_compilation_cache()  # it stands in for code that has none
     rebuild = haiku_reference.run(steps, fixed_steps=fixed_steps, smoke=smoke, lengths=lengths)
     if rebuild["tokens"] != ours["valid_tokens"]:

@@ -1,22 +1,20 @@
 r"""Train-step benchmark: Bifocal overhead, utilisation, a plain Flax baseline,
 the data pipeline against the step, and compile time.
 
-  python benchmarks/step_benchmark.py                          # default + large
-  python benchmarks/step_benchmark.py --configs=default --rounds=15
-  python benchmarks/step_benchmark.py --out=benchmarks/results/step.json
-  python benchmarks/step_benchmark.py --configs=smoke          # seconds (tests)
-  python benchmarks/step_benchmark.py --kinds=all --rounds=5   # every position kind / rope
-  python benchmarks/step_benchmark.py --configs=protocol40,protocol80 --baseline
+  python -m benchmarks.step_benchmark                          # default + large
+  python -m benchmarks.step_benchmark --configs=default --rounds=15
+  python -m benchmarks.step_benchmark --out=benchmarks/results/step.json
+  python -m benchmarks.step_benchmark --configs=smoke          # seconds (tests)
+  python -m benchmarks.step_benchmark --kinds=all --rounds=5   # every position kind / rope
 
 Configs: `default` is `configs/dyck.py` as it stands; `large` is the same
 with width 256, 8 heads, 4 layers and sequences of 256 tokens (Dyck strings
 of 240..255 tokens, padded to 256); `protocol40` and `protocol80` are the
 converged sweep's 5-layer model (width 64, 8 heads, batch 128; the
 `configs/_chomsky.py:paper` sizes) on Dyck strings padded to 40 and 80
-tokens; `smoke` is tiny. `--baseline` adds `bifocal_baseline`: the bifocal
-step traced with the attention kernel before issue #33 (`baseline_attention.py`);
-`--baseline_layer_norm` adds `bifocal_autodiff_layer_norm`: the bifocal step
-with LayerNorm's backward left to autodiff (`baseline_layer_norm.py`).
+tokens; `smoke` is tiny. (The comparisons with the attention kernel before
+issue #33 and with LayerNorm's autodiff backward are in the README with the
+commits that measured them.)
 
 For each config, in one process and interleaved (A, B, C, ... repeated; the
 medians and median ratios are reported, with wall and CPU time):
@@ -44,9 +42,7 @@ from bifocal_jax import machine
 machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
 # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
-import contextlib
 import os
-import sys
 import time
 
 import jax
@@ -60,13 +56,10 @@ from bifocal_jax.training import steps as steps_lib
 from bifocal_jax.training import state as state_lib
 from bifocal_jax.tasks import pipeline
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import baseline_attention
-import baseline_layer_norm
-import bench_util
-import data_throughput
-import plain_flax
+from benchmarks import bench_util
+from benchmarks import data_throughput
+from benchmarks import plain_flax
 
 CONFIGS = ("default", "large", "protocol40", "protocol80", "smoke")
 _CONFIGS = flags.DEFINE_list("configs", ["default", "large"], f"Which of {CONFIGS}.")
@@ -85,13 +78,6 @@ def extra_kinds(names) -> tuple[str, ...]:
   for name in names:
     positions.get(name)  # a ValueError naming the valid kinds
   return tuple(k for k in names if k not in ("bifocal", "rope"))
-_BASELINE = flags.DEFINE_bool("baseline", False, "Also time the bifocal step with the old kernel.")
-_BASELINE_LAYER_NORM = flags.DEFINE_bool(
-    "baseline_layer_norm", False, "Also time the bifocal step with LayerNorm's autodiff backward.")
-
-# Variants of the bifocal step: name -> the context its model is traced in.
-BASELINES = {"bifocal_baseline": baseline_attention.use_baseline,
-             "bifocal_autodiff_layer_norm": baseline_layer_norm.use_baseline}
 
 
 def dyck_config(name: str):
@@ -160,8 +146,7 @@ def pipeline_seconds_per_batch(task, batch_size: int, buckets, *, steps: int) ->
 
 
 def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
-                 kinds: tuple[str, ...] = (), baseline: bool = False,
-                 baseline_layer_norm: bool = False) -> dict:
+                 kinds: tuple[str, ...] = ()) -> dict:
   base = dyck_config(name)
   task = tasks.get_task(base.task)
   buckets = config_buckets(base, task)
@@ -173,15 +158,11 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
   candidates, compile_seconds = {}, {}
   with jax.set_mesh(mesh):
     batch = steps_lib.to_global_batch(next(batch_iter), mesh)
-    variants = [name for name, wanted in (("bifocal_baseline", baseline),
-                                          ("bifocal_autodiff_layer_norm", baseline_layer_norm))
-                if wanted]
-    for kind in ("bifocal", "rope", *kinds, *variants):
+    for kind in ("bifocal", "rope", *kinds):
       c = base.copy_and_resolve_references()
-      c.position.kind = "bifocal" if kind in BASELINES else kind
+      c.position.kind = kind
       s, state = state_lib.setup(c, mesh, task=task)
-      with BASELINES.get(kind, contextlib.nullcontext)():
-        compiled, compile_seconds[kind] = timed_compile(steps_lib.make_train_step(s), state, batch)
+      compiled, compile_seconds[kind] = timed_compile(steps_lib.make_train_step(s), state, batch)
       candidates[kind] = stepper(compiled, state, batch)
     flax_model = plain_flax.Transformer(base.model, vocab_size=task.vocab_size, causal=task.causal,
                                         rngs=nnx.Rngs(base.seed))
@@ -223,14 +204,7 @@ def bench_config(name: str, *, rounds: int, peak_scale: float, data_steps: int,
       pipeline_over_step=steps["bifocal"]["seconds"] / pipeline_seconds,
       load_average=[load_before, bench_util.load_average()], rounds=rounds,
       kinds_over_rope={k: ratio(k, "rope") for k in kinds},
-      kind_step_seconds={k: bench_util.median(times[k]["wall"]) for k in kinds},
-      **({"bifocal_over_baseline": ratio("bifocal", "bifocal_baseline"),
-          "bifocal_over_baseline_cpu": ratio("bifocal", "bifocal_baseline", "cpu")}
-         if baseline else {}),
-      **({"bifocal_over_autodiff_layer_norm": ratio("bifocal", "bifocal_autodiff_layer_norm"),
-          "bifocal_over_autodiff_layer_norm_cpu": ratio("bifocal", "bifocal_autodiff_layer_norm",
-                                                        "cpu")}
-         if baseline_layer_norm else {}))
+      kind_step_seconds={k: bench_util.median(times[k]["wall"]) for k in kinds})
 
 
 def report(results: list[dict]) -> str:
@@ -265,8 +239,7 @@ def main(argv):
   machine = bench_util.machine()
   kinds = extra_kinds(_KINDS.value)
   results = [bench_config(name, rounds=_ROUNDS.value, peak_scale=_PEAK_SCALE.value,
-                          data_steps=_DATA_STEPS.value, kinds=kinds, baseline=_BASELINE.value,
-                          baseline_layer_norm=_BASELINE_LAYER_NORM.value)
+                          data_steps=_DATA_STEPS.value, kinds=kinds)
              for name in _CONFIGS.value]
   print(f"{machine['cpu']}, {machine['cores']} cores, jax {machine['jax']}, {machine['date']}; "
         f"load average before/after each config: {[r['load_average'] for r in results]}")
@@ -274,13 +247,7 @@ def main(argv):
   for r in results:
     s = r["steps"]
     print(f"{r['config']}: tokens/s bifocal {s['bifocal']['tokens_per_sec']:,.0f}, rope "
-          f"{s['rope']['tokens_per_sec']:,.0f}" +
-          (f"; bifocal / bifocal with the old attention kernel {r['bifocal_over_baseline']:.3f} "
-           f"(cpu {r['bifocal_over_baseline_cpu']:.3f})" if "bifocal_over_baseline" in r else "") +
-          (f"; bifocal / bifocal with autodiff's LayerNorm backward "
-           f"{r['bifocal_over_autodiff_layer_norm']:.3f} "
-           f"(cpu {r['bifocal_over_autodiff_layer_norm_cpu']:.3f})"
-           if "bifocal_over_autodiff_layer_norm" in r else ""))
+          f"{s['rope']['tokens_per_sec']:,.0f}")
   bench_util.write_json(_OUT.value, dict(machine=machine, results=results))
 
 

@@ -1,7 +1,7 @@
 r"""Where the train step's time goes: a `jax.profiler` trace, per XLA op and source file.
 
-  python benchmarks/step_profile.py --out=benchmarks/results/step_profile.json
-  python benchmarks/step_profile.py --profile_configs=protocol80 --profile_kinds=bifocal --traced_steps=3
+  python -m benchmarks.step_profile --out=benchmarks/results/step_profile.json
+  python -m benchmarks.step_profile --profile_configs=protocol80 --profile_kinds=bifocal --traced_steps=3
 
 For each config (`step_benchmark.py`'s names; default the 5-layer protocol
 model at lengths 40 and 80) and `position.kind`: the project's train step is
@@ -25,7 +25,6 @@ import collections
 import glob
 import os
 import re
-import sys
 import tempfile
 import time
 
@@ -38,9 +37,8 @@ from bifocal_jax.training import state as state_lib
 from bifocal_jax.training import steps as steps_lib
 from bifocal_jax.tasks import pipeline
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_util
-import step_benchmark
+from benchmarks import bench_util
+from benchmarks import step_benchmark
 
 # (`--out` is step_benchmark's flag, shared.)
 _CONFIGS = flags.DEFINE_list("profile_configs", ["protocol40", "protocol80"],

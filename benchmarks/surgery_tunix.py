@@ -7,7 +7,7 @@ one process, interleaved (original, converted, original, ...): a train step
 original simply has no spectral group) and a one-token decode step on tunix's
 KV cache. The ratios are medians of the per-round ratios.
 
-    python benchmarks/surgery_tunix.py --rounds=15 --out=benchmarks/results/surgery_tunix.json
+    python -m benchmarks.surgery_tunix --rounds=15 --out=benchmarks/results/surgery_tunix.json
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import optax
 from absl import flags
 from flax import nnx
 
-import bench_util
+from benchmarks import bench_util
 from bifocal_jax.nn import optim
 from bifocal_jax import surgery
 from bifocal_jax.surgery import tunix_models

@@ -1,4 +1,4 @@
-"""The performance benchmarks run end to end at tiny sizes (`benchmarks/`).
+"""The performance benchmarks run end to end at tiny sizes (`python -m benchmarks.NAME`).
 
 Their figures are measured by hand (README, Performance); these tests keep the
 scripts working: each runs as a subprocess at its smallest setting and writes
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 def run_script(name, *flags, tmp_path, env=None):
   out = tmp_path / f"{name}.json"
-  subprocess.run([sys.executable, f"benchmarks/{name}.py", *flags, f"--out={out}"],
+  subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *flags, f"--out={out}"],
                  cwd=helpers.ROOT, env=helpers.subprocess_env(**(env or {})), check=True,
                  capture_output=True, timeout=600)
   return json.loads(out.read_text())
@@ -27,9 +27,9 @@ def run_script(name, *flags, tmp_path, env=None):
 
 def test_step_benchmark(tmp_path):
   (r,) = run_script("step_benchmark", "--configs=smoke", "--rounds=2", "--peak_scale=0.03",
-                    "--data_steps=3", "--baseline_layer_norm", tmp_path=tmp_path)["results"]
-  assert r["bifocal_over_autodiff_layer_norm"] > 0 and "bifocal_over_baseline" not in r
-  for kind in ("bifocal", "rope", "flax", "bifocal_autodiff_layer_norm"):
+                    "--data_steps=3", tmp_path=tmp_path)["results"]
+  assert set(r["steps"]) == {"bifocal", "rope", "flax"}
+  for kind in ("bifocal", "rope", "flax"):
     step = r["steps"][kind]
     assert step["seconds"] > 0 and step["tokens_per_sec"] > 0 and step["mfu"] > 0, kind
   assert r["flops_per_step"] > 0 and r["peak_flops_per_sec"] > 0
@@ -48,24 +48,6 @@ def test_length_groups_benchmark(tmp_path):
   assert grouped["padded_tokens_per_step"] <= plain["padded_tokens_per_step"]
 
 
-def test_autodiff_layer_norm_baseline_is_the_same_function_inside_its_context():
-  sys.path.insert(0, str(helpers.ROOT / "benchmarks"))
-  import baseline_layer_norm  # pylint: disable=g-import-not-at-top
-  import jax
-  import numpy as np
-  from bifocal_jax.nn import model
-  rng = np.random.default_rng(0)
-  x, scale, bias = rng.standard_normal((4, 8)), 1 + rng.standard_normal(8), rng.standard_normal(8)
-  loss = lambda x, s, b: (model.layer_norm(x, s, b, 1e-6)**3).sum()  # looked up at trace time
-  written = jax.grad(loss, argnums=(0, 1, 2))(x, scale, bias)
-  with baseline_layer_norm.use_baseline():
-    assert model.layer_norm is baseline_layer_norm.layer_norm
-    autodiff = jax.grad(loss, argnums=(0, 1, 2))(x, scale, bias)
-  assert model.layer_norm is not baseline_layer_norm.layer_norm
-  for a, b in zip(written, autodiff):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
-
-
 def test_dyck_eval_time_reads_the_data_directory(tmp_path):
   # A clone has no folder beside it: by default the files are the data
   # directory's, here the one in the cache home (BIFOCAL_DATA_DIR unset).
@@ -73,10 +55,10 @@ def test_dyck_eval_time_reads_the_data_directory(tmp_path):
   folder.mkdir(parents=True)
   (folder / "k8_m5.test").write_text("(a (b b) a) END\n(c c) END\n(d (e e) d) (f f) END\n")
   (folder / "notes.txt").write_text("not a split\n")
-  r = run_script("dyck_eval_time", "--kernels=current", tmp_path=tmp_path,
+  r = run_script("dyck_eval_time", tmp_path=tmp_path,
                  env={"BIFOCAL_DATA_DIR": "", "XDG_CACHE_HOME": str(tmp_path / "cache")})
-  [row] = r["runs"]["current"]["files"].values()
-  assert list(r["runs"]["current"]["files"]) == ["k8_m5.test"]
+  [row] = r["run"]["files"].values()
+  assert list(r["run"]["files"]) == ["k8_m5.test"]
   assert row["examples"] == 3 and row["tokens"] > 0 and 0 <= row["close_accuracy"] <= 1
 
 
@@ -85,7 +67,7 @@ def test_step_profile_attributes_the_steps_ops_to_their_source(tmp_path):
                     "--traced_steps=1", "--top=3", tmp_path=tmp_path)["results"]
   assert r["kind"] == "relative" and r["op_seconds_per_step"] > 0
   # The ops are traced back to the project function that made them.
-  assert any(source.startswith("positions/relative.py") for source in r["by_source"])
+  assert any(source.startswith("nn/positions/relative.py") for source in r["by_source"])
   shares = [op["share"] for op in r["top_ops"]]
   assert len(shares) == 3 and shares == sorted(shares, reverse=True)
 
@@ -126,7 +108,7 @@ def test_reference_trainer_with_its_stand_in_then_warm(tmp_path):
   assert r["ours_warm_end_to_end_seconds"] == w["end_to_end_seconds"]
   # A warm first run cannot stand for the cold figure.
   result = subprocess.run(
-      [sys.executable, "benchmarks/reference_trainer.py", "--smoke", "--steps=6",
+      [sys.executable, "-m", "benchmarks.reference_trainer", "--smoke", "--steps=6",
        "--fixed_steps=1", "--nostand_in", "--warm_rerun"], cwd=helpers.ROOT,
       env=helpers.subprocess_env(**env), capture_output=True, text=True, timeout=300)
   assert result.returncode != 0 and "needs a cold first run" in result.stderr
@@ -135,7 +117,7 @@ def test_reference_trainer_with_its_stand_in_then_warm(tmp_path):
 def test_reference_trainer_rejects_a_directory_that_is_not_their_checkout(tmp_path):
   (tmp_path / "experiments").mkdir()
   result = subprocess.run(
-      [sys.executable, "benchmarks/reference_trainer.py", "--smoke", "--steps=1",
+      [sys.executable, "-m", "benchmarks.reference_trainer", "--smoke", "--steps=1",
        f"--reference_checkout={tmp_path}"], cwd=helpers.ROOT, env=helpers.subprocess_env(),
       capture_output=True, text=True, timeout=300)
   assert result.returncode == 2
@@ -146,7 +128,7 @@ def test_reference_trainer_rejects_a_directory_that_is_not_their_checkout(tmp_pa
 def test_a_benchmark_given_a_bad_flag_says_so_in_one_line():
   """`bench_util.run_main`: a ValueError from a flag's value is one line, exit status 2."""
   result = subprocess.run(
-      [sys.executable, "benchmarks/step_benchmark.py", "--configs=huge"], cwd=helpers.ROOT,
+      [sys.executable, "-m", "benchmarks.step_benchmark", "--configs=huge"], cwd=helpers.ROOT,
       env=helpers.subprocess_env(), capture_output=True, text=True, timeout=300)
   assert result.returncode == 2, result.stderr[-2000:]
   assert result.stderr.strip().splitlines()[-1] == (
@@ -183,12 +165,11 @@ def test_compile_options(tmp_path):
 
 def test_long_eval(tmp_path):
   # 1280 tokens: beyond one query chunk (1024), so the blocked path runs.
-  r = run_script("long_eval", "--lengths=256,1280", "--runs=1", "--baseline", "--peak_repeats=1",
+  r = run_script("long_eval", "--lengths=256,1280", "--runs=1", "--peak_repeats=1",
                  tmp_path=tmp_path)
   assert [row["length"] for row in r["rows"]] == [256, 1280]
-  assert [row["attend"] for row in r["baseline_rows"]] == ["baseline", "baseline"]
   assert r["peak_flops_per_sec"] > 0
-  for row in r["rows"] + r["baseline_rows"]:
+  for row in r["rows"]:
     assert row["seconds"] > 0 and row["peak_rss_mb"] >= row["rss_before_compile_mb"] > 0
     assert row["tokens_per_sec"] == pytest.approx(row["length"] / row["seconds"])
     assert 0 < row["peak_fraction"] == pytest.approx(

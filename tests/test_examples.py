@@ -1,8 +1,8 @@
 """examples/: the tunix Gemma 3 -> spectralize -> Spectral Evolution on Dyck example runs."""
 
+import importlib.util
 import json
 import pathlib
-import sys
 
 import numpy as np
 import pytest
@@ -10,13 +10,18 @@ import pytest
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
 
+def _load_example(name: str):
+  """The example script `examples/<name>.py` as a module (loaded by its path:
+  examples/ is a folder of scripts, not a package)."""
+  spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 @pytest.mark.slow
 def test_tunix_gemma3_dyck_example(tmp_path):
-  sys.path.insert(0, str(EXAMPLES))
-  try:
-    example = __import__("tunix_gemma3_dyck")
-  finally:
-    sys.path.remove(str(EXAMPLES))
+  example = _load_example("tunix_gemma3_dyck")
   try:
     example.tunix_models.import_model("gemma3")
   except ImportError as e:

@@ -1,21 +1,12 @@
 """The Haiku rebuild of the Chomsky-hierarchy trainer (`benchmarks/haiku_reference.py`)
 is the model and data their `odds_first` transformer run uses."""
 
-import importlib.util
-import os
-import sys
-
 import haiku as hk
 import jax
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))  # its `import bench_util`
-_spec = importlib.util.spec_from_file_location(
-    "haiku_reference", os.path.join(REPO, "benchmarks", "haiku_reference.py"))
-hr = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hr)
+from benchmarks import haiku_reference as hr
 
 
 def test_targets_are_odd_indices_then_even_indices():
