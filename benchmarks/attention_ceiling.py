@@ -19,7 +19,7 @@ Reported per head size, as fractions of the peak:
   blocked                        `_blocked_attention`'s block pair as it runs.
 
   python -m benchmarks.attention_ceiling
-  python -m benchmarks.attention_ceiling --out=benchmarks/results/attention_ceiling.json
+  python -m benchmarks.attention_ceiling --out=results/benchmarks/attention_ceiling.json
   python -m benchmarks.attention_ceiling --block=32 --head_dims=8 --peak_scale=0.05  # tests
 """
 

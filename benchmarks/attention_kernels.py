@@ -10,7 +10,7 @@ whole attention forward + backward with each, at the reference trainer's
 shape and the larger benchmark configs.
 
   python -m benchmarks.attention_kernels
-  python -m benchmarks.attention_kernels --out=benchmarks/results/attention_kernels.json
+  python -m benchmarks.attention_kernels --out=results/benchmarks/attention_kernels.json
 """
 
 from __future__ import annotations

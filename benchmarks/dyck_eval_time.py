@@ -1,6 +1,6 @@
 r"""One full evaluation of the default Dyck model on the published files.
 
-  python -m benchmarks.dyck_eval_time --data_dir=DIR --out=benchmarks/results/dyck_eval_time.json
+  python -m benchmarks.dyck_eval_time --data_dir=DIR --out=results/benchmarks/dyck_eval_time.json
   python -m benchmarks.dyck_eval_time --data_dir=DIR --files=k8_m20.test
 
 DIR holds the published files of Yao et al. 2021 (`k8_m*.dev`, `k8_m*.test`;

@@ -1,7 +1,7 @@
 r"""Accelerator benchmark, one short call: the bf16 matmul peak, train-step MFU
 at an accelerator-sized config, and the fused attention path.
 
-  python -m benchmarks.gpu --out=benchmarks/results/gpu.json   # on a GPU (~2 min)
+  python -m benchmarks.gpu --out=results/benchmarks/gpu.json   # on a GPU (~2 min)
   python -m benchmarks.gpu --tiny                              # dry run, any backend
 
 Sections (each reports its error instead of stopping the others):

@@ -3,7 +3,7 @@ training step's time on the sweep's own batches.
 
   python -m benchmarks.length_groups                        # the converged sweep's depth tasks
   python -m benchmarks.length_groups --tasks=listops_depth --groups=1,4 --rounds=3
-  python -m benchmarks.length_groups --out=benchmarks/results/length_groups.json
+  python -m benchmarks.length_groups --out=results/benchmarks/length_groups.json
   python -m benchmarks.length_groups --tasks=smoke --steps=2 --rounds=1   # seconds (tests)
 
 Each task is a task of the `converged` preset (`experiments/extrapolation/presets.py`)

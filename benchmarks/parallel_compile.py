@@ -1,6 +1,6 @@
 r"""Compile time before the first step: one program after another, or in parallel threads.
 
-  python -m benchmarks.parallel_compile --out=benchmarks/results/parallel_compile.json
+  python -m benchmarks.parallel_compile --out=results/benchmarks/parallel_compile.json
   python -m benchmarks.parallel_compile --parts=reference --rounds=1
 
 Every measurement runs in a fresh process with the compilation cache off

@@ -2,7 +2,7 @@ r"""Population benchmark: P members in one compiled program against one member.
 
   python -m benchmarks.population_step                               # this CPU: P = 1, 2, 4
   python -m benchmarks.population_step --config=configs/reverse_string.py:paper \
-      --sizes=1,8,16,32 --out=benchmarks/results/population_gpu.json  # an accelerator
+      --sizes=1,8,16,32 --out=results/benchmarks/population_gpu.json  # an accelerator
 
 For each population size P (members: seeds 0..P-1) and for the single run's
 own step (`steps.make_train_step`), interleaved (A, B, C, ... repeated;

@@ -8,7 +8,7 @@ the compiled program's temporary memory (XLA's `memory_analysis`) next to
 what one `L x L` float32 score matrix per head would take.
 
   python -m benchmarks.positions_attention
-  python -m benchmarks.positions_attention --out=benchmarks/results/positions_attention.json
+  python -m benchmarks.positions_attention --out=results/benchmarks/positions_attention.json
 """
 
 from __future__ import annotations

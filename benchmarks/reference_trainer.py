@@ -13,7 +13,7 @@ of two instead (16, 32, 64, 80), as `train.py` does by default.
   # the comparison of record: their code from a checkout, in the same run;
   # ours from a cold cache, then again warm (a user's second run)
   BIFOCAL_COMPILATION_CACHE=$(mktemp -d) python -m benchmarks.reference_trainer \
-      --reference_checkout=DIR --warm_rerun --out=benchmarks/results/reference_trainer.json
+      --reference_checkout=DIR --warm_rerun --out=results/benchmarks/reference_trainer.json
   python -m benchmarks.reference_trainer --steps=100      # a quick look (stand-in)
   python -m benchmarks.reference_trainer --smoke --steps=6  # seconds (tests)
 

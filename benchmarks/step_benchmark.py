@@ -3,7 +3,7 @@ the data pipeline against the step, and compile time.
 
   python -m benchmarks.step_benchmark                          # default + large
   python -m benchmarks.step_benchmark --configs=default --rounds=15
-  python -m benchmarks.step_benchmark --out=benchmarks/results/step.json
+  python -m benchmarks.step_benchmark --out=results/benchmarks/step.json
   python -m benchmarks.step_benchmark --configs=smoke          # seconds (tests)
   python -m benchmarks.step_benchmark --kinds=all --rounds=5   # every position kind / rope
 

@@ -1,6 +1,6 @@
 r"""Where the train step's time goes: a `jax.profiler` trace, per XLA op and source file.
 
-  python -m benchmarks.step_profile --out=benchmarks/results/step_profile.json
+  python -m benchmarks.step_profile --out=results/benchmarks/step_profile.json
   python -m benchmarks.step_profile --profile_configs=protocol80 --profile_kinds=bifocal --traced_steps=3
 
 For each config (`step_benchmark.py`'s names; default the 5-layer protocol

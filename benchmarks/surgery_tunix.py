@@ -7,7 +7,7 @@ one process, interleaved (original, converted, original, ...): a train step
 original simply has no spectral group) and a one-token decode step on tunix's
 KV cache. The ratios are medians of the per-round ratios.
 
-    python -m benchmarks.surgery_tunix --rounds=15 --out=benchmarks/results/surgery_tunix.json
+    python -m benchmarks.surgery_tunix --rounds=15 --out=results/benchmarks/surgery_tunix.json
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ can skip a pair of trained height yet need a longer look back, or not.
 The command scores the sweep's trained runs and prints the tables:
 
   python -m experiments.extrapolation.dyck_skips --workdirs='OUT/dyck/scratch/*/seed*' \
-      --examples=1000 --out=benchmarks/results/dyck_skips.json
+      --examples=1000 --out=results/analyses/dyck_skips.json
 
 Each workdir is a trained Dyck run (its last checkpoint); its kind and seed
 are read from its config; a run whose last checkpoint is short of its `steps`

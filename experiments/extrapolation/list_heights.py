@@ -21,8 +21,8 @@ The command scores the sweep's trained runs and prints the tables:
 
   python -m experiments.extrapolation.list_heights \
       --workdirs='OUT/listops_depth/scratch/*/seed*' \
-      --examples=1000 --out=benchmarks/results/list_heights.json \
-      --plot=benchmarks/results/list_heights.png
+      --examples=1000 --out=results/analyses/list_heights.json \
+      --plot=results/analyses/list_heights.png
 
 Each workdir is a trained run (its last checkpoint); its kind and seed are read
 from its config; a run whose last checkpoint is short of its `steps` (one a

@@ -6,7 +6,7 @@ the change differs. This pairs each split's accuracy, new minus old, over the
 seeds both revisions have (`bifocal_jax.evaluation.stats.paired_difference`):
 
   python -m experiments.extrapolation.paired_revisions --old 5ea8a21 \\
-      benchmarks/results/runs/converged/listops_depth/scratch/randomized_rope
+      results/converged/listops_depth/scratch/randomized_rope
 
 `--new` defaults to the working tree. Dyck splits pair `close_accuracy`
 (closing-bracket accuracy), the others `accuracy`.

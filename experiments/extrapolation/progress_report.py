@@ -6,7 +6,7 @@ summaries alone, so a status line in RESULTS.md never has to list runs by hand.
 Its estimate of a run's time (`expected_seconds`) is also what `--stop_by`
 expects. How good that estimate is for a kind's first run on a task:
 
-  python -m experiments.extrapolation.progress_report --results benchmarks/results/runs/converged
+  python -m experiments.extrapolation.progress_report --results results/converged
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A run's workdir (`OUT/<task>/<arm>/<group>/seed<N>`) holds `config.json`,
 one per earlier checkpoint evaluated), and the sweep's `train.log` /
 `eval.log`, each command's output ending in a `TOOK` line. `summary_of`
 turns a finished run into the small JSON record committed under
-`benchmarks/results/runs/<preset>/` (task, kind, arm, seed, steps, the config
+`results/<preset>/` (task, kind, arm, seed, steps, the config
 overrides, per split its accuracy with a 95% interval over examples, the
 curve over checkpoints under `at_steps`, the learned spectra, the probes'
 headline numbers, for a randomized kind whether it drew per layer); the

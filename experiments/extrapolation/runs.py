@@ -22,10 +22,10 @@ from bifocal_jax.training.atomic_files import write_atomically
 from bifocal_jax.tasks.external import published as published_data
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# The committed data: each preset's run summaries and budgets in
+# The committed data (`results/`): each preset's run summaries, budgets and plots in
 # `RESULTS_DIR/<preset>/`, the performance benchmarks' figures in `BENCHMARK_RESULTS`.
-RESULTS_DIR = os.path.join(REPO, "benchmarks", "results", "runs")
-BENCHMARK_RESULTS = os.path.join(REPO, "benchmarks", "results")
+RESULTS_DIR = os.path.join(REPO, "results")
+BENCHMARK_RESULTS = os.path.join(RESULTS_DIR, "benchmarks")
 
 LEARNED = 0.9  # valid token accuracy at which a task counts as learned in distribution
 

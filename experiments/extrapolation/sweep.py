@@ -16,7 +16,7 @@ writes their summaries.
 A run is one training (`train.py`) and one evaluation (`eval.py`), each a
 subprocess in the run's workdir `OUT/<task>/<arm>/<group>/seed<N>`. Once both
 finished, the run leaves a small JSON summary in the committed results
-directory, `benchmarks/results/runs/<preset>/<task>/<arm>/<group>/seed<N>.json`
+directory, `results/<preset>/<task>/<arm>/<group>/seed<N>.json`
 (`run_summary.summary_of`: task, kind, arm, seed, steps, the config overrides, and per
 split its accuracy with a 95% interval over examples; for a randomized kind
 whether it drew per layer, `draws_per_layer`). A run whose summary
@@ -613,7 +613,7 @@ _BUDGETS_LOCK = threading.Lock()
 _PRESET = flags.DEFINE_enum("preset", None, list(PRESETS), "Which sweep.")
 _OUT = flags.DEFINE_string("out", "benchmarks/out/extrapolation", "Workdirs of the runs.")
 _RESULTS = flags.DEFINE_string(
-    "results", None, "Directory of the run summaries (default benchmarks/results/runs/PRESET).")
+    "results", None, "Directory of the run summaries (default results/PRESET).")
 _JOBS = flags.DEFINE_integer(
     "jobs", 1, "Runs at a time. The cpu preset's small models use 2 cores poorly: on 2 "
     "cores, Dyck runs took 114-125 s two at a time against 71-91 s one at a time (~1.4x the "
