@@ -38,6 +38,7 @@ from bifocal_jax.nn.positions import fox
 from bifocal_jax.nn.positions import kerple
 from bifocal_jax.nn.positions import mixed
 from bifocal_jax.nn.positions import path
+from bifocal_jax.nn.positions import path_fox
 from bifocal_jax.nn.positions import relative
 from bifocal_jax.nn.positions import rotary
 from bifocal_jax.nn.positions import stickbreaking
@@ -46,7 +47,7 @@ from bifocal_jax.nn.positions.base import ABSOLUTE, ATTENTION, BIAS, MIXED, NONE
 
 _FAMILIES = (rotary, alibi, absolute, relative, t5, kerple, fire)
 # Data-dependent attention (interface `attention`), and FoPE.
-_FAMILIES += (cope, fox, stickbreaking, path, fope)
+_FAMILIES += (cope, fox, stickbreaking, path, fope, path_fox)
 # Mixed kinds `a+b` (no schemes of its own; its config key).
 _FAMILIES += (mixed,)
 

@@ -46,10 +46,7 @@ def fox_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None
   length = k_BxLxHxK.shape[1]
   scale = q_BxLxHxK.shape[-1]**-0.5
   q, k, v = query_chunks.heads_major(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK)
-  log_fgate = log_fgate_BxLxH.astype(jnp.float32)
-  if valid_BxL is not None:
-    log_fgate = jnp.where(valid_BxL[..., None], log_fgate, 0.0)
-  cum_BxHxL = jnp.swapaxes(jnp.cumsum(log_fgate, axis=1), 1, 2)
+  cum_BxHxL = cumulative_log_fgate(log_fgate_BxLxH, valid_BxL)
 
   def block(q_offset, q_BxHxQxK, cum_q_BxHxQ):
     mask = query_chunks.key_mask(q_offset, q_BxHxQxK.shape[2], length, valid_BxL, causal=True)
@@ -59,6 +56,15 @@ def fox_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None
 
   out = query_chunks.map_query_chunks(block, q.shape[2], query_chunk, q, cum_BxHxL)
   return jnp.swapaxes(out, 1, 2).astype(v_BxLxHxK.dtype)
+
+
+def cumulative_log_fgate(log_fgate_BxLxH: jax.Array, valid_BxL=None) -> jax.Array:
+  """`c_t = sum_{s <= t} log f_s`, float32 `[B, H, L]` (heads major), a padded
+  token's `log f` 0: the decay `c_i - c_j = sum_{j < s <= i} log f_s`."""
+  log_fgate = log_fgate_BxLxH.astype(jnp.float32)
+  if valid_BxL is not None:
+    log_fgate = jnp.where(valid_BxL[..., None], log_fgate, 0.0)
+  return jnp.swapaxes(jnp.cumsum(log_fgate, axis=1), 1, 2)
 
 
 class FoX(nnx.Module):

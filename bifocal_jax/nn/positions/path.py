@@ -14,7 +14,7 @@ low-rank projection through width 32, `use_low_rank_w`; a causal depthwise
 convolution of width 3 without bias, `use_w_shortconv`; l2 normalisation
 with eps 1e-6) and `beta_t = 2 sigmoid(x W_beta + b)` per head (in (0, 2),
 so H_t may have a negative eigenvalue). The defaults have no forget gate
-(`use_forget_gate=False`; PaTH-FoX is not included), no QK-norm and no RoPE.
+(`use_forget_gate=False`; PaTH-FoX is `path_fox.py`), no QK-norm and no RoPE.
 Weights are initialised as the source's `_init_weights`: N(0, 0.02), biases 0.
 
 The computation is the source's blockwise one (the UT transform of
@@ -45,12 +45,15 @@ UNROLL_BLOCKS = 16  # unroll the scan over key blocks up to this many (training 
 
 def path_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *,
                    w_BxLxHxK: jax.Array, beta_BxLxH: jax.Array, causal: bool = True,
-                   query_chunk: int = 1024, block_size: int = 16) -> jax.Array:
+                   query_chunk: int = 1024, block_size: int = 16,
+                   decay_BxHxL: jax.Array | None = None) -> jax.Array:
   """PaTH attention, `[B, L, H, K]` out; `w` unit vectors, `beta` in (0, 2).
 
   `positions_BxL` is unused (the positions are the reflections). Memory:
   `query_chunk x L` scores per head, `L x block_size` for the in-block
-  quantities.
+  quantities. `decay_BxHxL` (PaTH-FoX, `path_fox.py`): cumulative log forget
+  gates `c`, with `c_i - c_j` added to the scores before the `1/sqrt(d)`
+  scaling, as the source's kernels add `g_cumsum`.
   """
   del positions_BxL
   if not causal:
@@ -91,7 +94,7 @@ def path_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=Non
   _, _, v = query_chunks.heads_major(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK)
   k_mask = None if valid_BxL is None else valid_BxL.astype(bool)
 
-  def chunk_scores(q_offset, q_start_BxHxQxK, a_local_BxHxQxC):
+  def chunk_scores(q_offset, q_start_BxHxQxK, a_local_BxHxQxC, *decay_q_BxHxQ):
     q_len = q_start_BxHxQxK.shape[2]
     q_block = (q_offset + jnp.arange(q_len)) // c  # [Q]
 
@@ -109,11 +112,17 @@ def path_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=Non
         reverse=True, unroll=num_blocks if num_blocks <= UNROLL_BLOCKS else 1)
     # [N, B, H, Q, C] -> [B, H, Q, N * C], cut to the real keys
     scores = jnp.moveaxis(scores, 0, 3).reshape(b, h, q_len, num_blocks * c)[..., :length]
+    if decay_q_BxHxQ:
+      scores = scores + decay_q_BxHxQ[0][..., None] - decay_BxHxL[:, :, None, :]
     mask = query_chunks.key_mask(q_offset, q_len, length, k_mask, causal=True)
     return query_chunks.masked_softmax_values(scores * scale, mask, v)
 
-  out = query_chunks.map_query_chunks(chunk_scores, num_blocks * c, query_chunk, rows(q_start),
-                                      rows(a_local), multiple_of=c)
+  per_query = [rows(q_start), rows(a_local)]
+  if decay_BxHxL is not None:
+    decay_BxHxL = decay_BxHxL.astype(jnp.float32)
+    per_query.append(jnp.pad(decay_BxHxL, [(0, 0), (0, 0), (0, pad)]))
+  out = query_chunks.map_query_chunks(chunk_scores, num_blocks * c, query_chunk, *per_query,
+                                      multiple_of=c)
   return jnp.swapaxes(out[:, :, :length], 1, 2).astype(v_BxLxHxK.dtype)
 
 
