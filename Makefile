@@ -15,7 +15,7 @@ TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 .PHONY: venv demo lint format test test-fast bench clean
-LINTED := bifocal_jax train.py eval.py configs benchmarks tests docs examples
+LINTED := bifocal_jax train.py eval.py configs experiments benchmarks tests docs examples
 
 venv: $(STAMP)
 

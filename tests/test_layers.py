@@ -59,3 +59,25 @@ def test_an_import_circle_within_a_layer_breaks_the_acyclic_contract(tree):
   result = _lint(tree)
   assert result.returncode != 0
   assert "no import circles, at any depth BROKEN" in result.stdout
+
+
+@pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter is not installed")
+def test_the_library_importing_the_experiment_or_the_benchmarks_breaks_their_layers(tree):
+  _append(tree / "bifocal_jax" / "cli.py", "from experiments.extrapolation import runs")
+  _append(tree / "experiments" / "extrapolation" / "report_tables.py",
+          "from benchmarks import bench_util")
+  result = _lint(tree)
+  assert result.returncode != 0
+  assert "experiments and benchmarks over the library BROKEN" in result.stdout
+  assert "bifocal_jax.cli -> experiments.extrapolation.runs" in result.stdout
+  assert "experiments.extrapolation.report_tables -> benchmarks.bench_util" in result.stdout
+
+
+@pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter is not installed")
+def test_an_import_circle_in_the_experiment_breaks_the_acyclic_contract(tree):
+  # runs <- sweep already: runs -> sweep closes a circle.
+  _append(tree / "experiments" / "extrapolation" / "runs.py",
+          "from experiments.extrapolation import sweep")
+  result = _lint(tree)
+  assert result.returncode != 0
+  assert "no import circles, at any depth BROKEN" in result.stdout
