@@ -29,7 +29,7 @@
    else the kind (`alibi`, `nope`, ...). `by_eye` averages heads of one eye.
    Within one bifocal run an eye is also a head index (the spectral heads are
    the last ones) and most kinds of one seed start from RoPE's weights
-   (`benchmarks/probe_report.py`'s `STARTS_AS_ROPE`, checked by its test): set
+   (`experiments/extrapolation/probe_report.py`'s `STARTS_AS_ROPE`, checked by its test): set
    an eye's heads against the same heads of a RoPE run of that seed
    (`match_mass` per head) before crediting the eye, as that report does.
 

@@ -261,7 +261,7 @@ def _sum_over_queries(a_BxHxQxS, x_BxHxQxK):
   Written as a broadcast multiply and a sum over Q, which XLA:CPU fuses into one
   pass over `a` with no `[Q, S, K]` intermediate. Its dot kernels must
   contract the major Q dimension, which they do more slowly
-  (`benchmarks/attention_kernels.py`; README, Performance, "Attention on CPU").
+  (`python -m benchmarks.attention_kernels`; README, Performance, "Attention on CPU").
   Accumulates in float32.
   """
   a, x = a_BxHxQxS.astype(jnp.float32), x_BxHxQxK.astype(jnp.float32)

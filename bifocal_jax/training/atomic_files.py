@@ -1,6 +1,6 @@
 """Files written whole or not at all: a crash leaves the old file, never a half.
 
-Nothing here imports JAX, so that the sweep driver (`benchmarks/`), which runs
+Nothing here imports JAX, so that the sweep driver (`experiments/extrapolation/`), which runs
 before and beside JAX processes, shares it with the trainer.
 """
 

@@ -44,10 +44,14 @@ SPECTRAL_KINDS = ("spectral", "bifocal_heads", "bifocal_pairs")
 
 # The kinds of the bifocal verdict (the cpu and converged sweeps).
 VERDICT_KINDS = tuple(KINDS)
+# Kinds added for a later question, run only by the preset pre-registered for
+# it (not part of the roster the converged sweep compares): PaTH-FoX, for
+# whether one scheme extrapolates both deeper and longer.
+QUESTION_KINDS = ("path_fox",)
 # Every other `position.kind` of the registry (`bifocal_jax/nn/positions/`), under
-# its own name (`kind_overrides`): the roster of the field's schemes (issue 31).
+# its own name (`kind_overrides`): the roster of the field's schemes.
 ROSTER_KINDS = tuple(k for k in positions.POSITION_KINDS
-                     if k != "bifocal" and k not in KINDS)
+                     if k != "bifocal" and k not in KINDS and k not in QUESTION_KINDS)
 
 
 def kind_overrides(kind: str) -> dict:
