@@ -142,7 +142,7 @@ def _set(config, key, value):
 @pytest.mark.parametrize("source_key, target_key, value, match", [
     (None, None, None, "no config.json there"),
     ("position.kind", None, "bifocal", r"the source run has position.kind='bifocal'"),
-    (None, "position.kind", "nope", r"needs position.kind in \('spectral', 'bifocal', 'rope'\)"),
+    (None, "position.kind", "nope", r"needs position.kind in \('rope', 'spectral', 'bifocal'\)"),
     (None, "model.d_model", 64, r"model.d_model=64 \(source 32\), model.head_dim=16 \(source 8\)"),
     (None, "model.num_layers", 2, r"model.num_layers=2 \(source 1\)"),
     (None, "position.base", 500.0, r"position.base=500.0 differs from the source run's 10000.0"),

@@ -153,7 +153,7 @@ def test_trace_reproduces_the_models_logits(position_config, kind):
 WEIGHT_KINDS = [("nope", {}), ("sin_cos", {}), ("rope", {}), ("alibi", {}), ("bifocal", {}), ("bifocal", dict(split="pairs")),
                 ("spectral+alibi", {}), ("t5", {}), ("rope+t5", {}), ("kerple_log", {}), ("randomized_alibi", {}),
                 # data-dependent kinds: weights read off their own attention
-                ("cope", {}), ("fox", {}), ("stickbreaking", {}), ("path", {}), ("fope", {}),
+                ("cope", {}), ("fox", {}), ("stickbreaking", {}), ("path", {}), ("path_fox", {}), ("fope", {}),
                 ("stickbreaking", dict(stickbreaking_remainder="own_value")), ("rope+cope", {})]
 
 
@@ -208,7 +208,7 @@ def test_weights_times_values_reproduce_the_attention_output(position_config, ki
   assert float(jnp.abs(masses[1, 0, :, 8]).max()) == 0.0
 
 
-@pytest.mark.parametrize("kind", ["cope", "fox", "stickbreaking", "path", "fope"])
+@pytest.mark.parametrize("kind", ["cope", "fox", "stickbreaking", "path", "path_fox", "fope"])
 def test_data_dependent_weights_are_what_their_attention_does_to_any_values(position_config, kind):
   # Weights read off one-hot values must reproduce the attention's output for
   # values it never saw (so the weights do not depend on the values), and for
