@@ -25,7 +25,7 @@ Sections (each reports its error instead of stopping the others):
              temporaries, from XLA's memory analysis).
 `--tiny` shrinks every size so the script runs anywhere in seconds (CPU
 included; there the cuDNN entries are skipped). No test or CI job depends on
-a GPU: `tests/test_benchmarks.py` runs `--tiny` on CPU.
+a GPU: `tests/benchmarks/test_benchmarks.py` runs `--tiny` on CPU.
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ def _draw(rng: random.Random, weights: np.ndarray) -> int:
   one above the uniform, as `np.searchsorted(side="right")`: in Python, since
   numpy's per-call overhead on these short arrays is a large share of
   generating an example (README, Performance, "Length groups"; the same
-  draws, bitwise: `tests/test_listops.py`)."""
+  draws, bitwise: `tests/tasks/test_listops.py`)."""
   cdf = list(itertools.accumulate(weights.tolist()))
   return min(bisect.bisect_right(cdf, rng.random() * cdf[-1]), len(cdf) - 1)
 

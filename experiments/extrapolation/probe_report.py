@@ -9,7 +9,7 @@ tables come from them:
     layer; the matching-bracket mass averaged by eye);
   * `same_heads_table`: each eye's heads against *the same heads* of the
     RoPE run of that seed. Every kind of one seed starts from the same
-    weights (`tests/test_probe_report.py` checks it), and within a bifocal
+    weights (`tests/experiments/test_probe_report.py` checks it), and within a bifocal
     run an eye is also a set of head indices (the spectral heads are the last
     ones), so a gap between a run's two eyes can be which heads they are
     rather than what their frequencies learned. Paired by head and seed, the
@@ -42,7 +42,7 @@ REFERENCE = {"scratch": ("scratch", "rope"), "surgery": ("continue", "rope")}
 # of their own first (`learnt`'s table, `t5`'s buckets, `fire`'s MLP, ...),
 # which moves every later draw: their heads have no RoPE twin.
 # A mixed kind `a+b` starts as RoPE when both do (`starts_as_rope`).
-# `tests/test_probe_report.py` checks both against the models.
+# `tests/experiments/test_probe_report.py` checks both against the models.
 STARTS_AS_ROPE = frozenset({
     "nope", "rope", "partial_rope", "p_rope", "randomized_rope", "spectral", "bifocal", "alibi",
     "randomized_alibi", "sin_cos", "randomized_sin_cos", "cope", "stickbreaking"})

@@ -633,7 +633,7 @@ def test_cli_prints_chomsky_examples_in_their_id_space(tmp_path):
       [sys.executable, "-m", "bifocal_jax.tasks", "--config", "stack_manipulation", "--split",
        "test_length", "--start", "5", "--num", "3", "--length", "45", "--format", "che"],
       capture_output=True, text=True, check=True, timeout=120, cwd=tmp_path,
-      env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+      env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
   lines = [json.loads(line) for line in result.stdout.splitlines()]
   task = make_task("stack_manipulation")
   assert lines == [task.che_example(task.example("test_length", i, length=45)) for i in range(5, 8)]

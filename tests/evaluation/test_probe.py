@@ -27,7 +27,7 @@ from bifocal_jax import tasks
 from bifocal_jax import train
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def task_named(name, **overrides):

@@ -22,7 +22,7 @@ from bifocal_jax.training import metrics
 from bifocal_jax import tasks
 from bifocal_jax import train
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def tiny_config():

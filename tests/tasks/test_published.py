@@ -14,7 +14,7 @@ import pytest
 
 from bifocal_jax.tasks.external import published
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_data_dir_is_the_setting_else_the_cache_home(tmp_path):

@@ -22,7 +22,7 @@ from bifocal_jax import train
 from bifocal_jax.training import workdir as workdir_lib
 from bifocal_jax.tasks import pipeline
 
-DYCK_CONFIG = pathlib.Path(__file__).resolve().parent.parent / "configs" / "dyck.py"
+DYCK_CONFIG = pathlib.Path(__file__).resolve().parents[2] / "configs" / "dyck.py"
 HEAD_DIM = 8  # configs/dyck.py:tiny: d_model 32, 4 heads
 
 

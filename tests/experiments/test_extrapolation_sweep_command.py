@@ -20,7 +20,7 @@ from extrapolation_helpers import POPULATIONS, PRESET, TASK
 from experiments.extrapolation import run_summary
 from experiments.extrapolation import sweep as ex
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def test_a_sweep_without_the_published_files_stops_first_saying_how_to_get_them(tmp_path):
   env = dict(os.environ, BIFOCAL_DATA_DIR=str(tmp_path / "empty"))

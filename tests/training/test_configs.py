@@ -10,7 +10,7 @@ from bifocal_jax.training import config as config_lib
 from bifocal_jax import cli, configs
 from bifocal_jax import tasks
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 # `_*.py` are shared pieces, not configs.
 CONFIGS = sorted(pathlib.Path(configs.DIRECTORY).glob("[!_]*.py"))
 CHECKOUT_CONFIGS = sorted((ROOT / "configs").glob("*.py"))
