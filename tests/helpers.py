@@ -148,10 +148,13 @@ def finished_and_in_flight_runs(tmp_path, config_file: str):
 
 
 def run_python(code: str, *, devices: int = 1, timeout: int = 300, **env) -> str:
-  """Runs `code` in a fresh interpreter (with this directory importable);
-  returns its stdout, or fails with its output."""
+  """Runs `code` in a fresh interpreter (with this directory and the test
+  modules of its subdirectories importable); returns its stdout, or fails
+  with its output."""
   env = subprocess_env(devices, **env)
-  env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")])
+  tests = ROOT / "tests"
+  folders = [tests] + sorted(p for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
+  env["PYTHONPATH"] = os.pathsep.join([*map(str, folders), env.get("PYTHONPATH", "")])
   result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True,
                           timeout=timeout, env=env)
   assert result.returncode == 0, result.stdout + result.stderr
