@@ -1,7 +1,6 @@
-"""The host process: XLA:CPU's allocator, JAX's persistent compilation cache,
-and the CPUs of processes that run side by side (`core_slots`).
+"""The host process: XLA:CPU's allocator and JAX's persistent compilation cache.
 
-The first two are set up by the entry points (`train.py`, `eval.py`, the
+Both are set up by the entry points (`train.py`, `eval.py`, the
 training benchmarks) before JAX starts; nothing here imports JAX.
 
 The allocator: keep XLA:CPU's per-step buffers instead of re-faulting them.
@@ -42,7 +41,6 @@ import importlib.util
 import os
 import platform
 import sys
-from collections.abc import Iterable
 
 GLIBC_TUNABLES = ("glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:"
                   "glibc.malloc.trim_threshold=1073741824:glibc.malloc.hugetlb=1")
@@ -115,33 +113,3 @@ def use_compilation_cache() -> str | None:
 def _can_evict() -> bool:
   """Whether JAX can bound the cache (it raises at the first write without filelock)."""
   return importlib.util.find_spec("filelock") is not None
-
-
-def core_slots(jobs: int, cores: Iterable[int] | None = None) -> list[frozenset[int] | None]:
-  """`jobs` disjoint shares of `cores` (default: the CPUs this process may
-  use), consecutive and as equal as they divide, for `os.sched_setaffinity`;
-  `None` for each (no pinning) with one job, more jobs than cores, or no
-  `sched_setaffinity` (macOS). The sweep's `--jobs` run each on its own share.
-
-  Why pin: XLA:CPU sizes its thread pool to the CPUs a process may use, so
-  processes sharing the same cores each split their small matmuls over all of
-  them and contend for them; pinned, each runs on its own share (the
-  measurement: README, "Results", the `--jobs J > 1` paragraph). A run's
-  floats then differ in the last bits from an unpinned run's: XLA splits
-  reductions by thread. Not for the test suite: its tests wait on
-  subprocesses, and an unpinned idle worker's core then helps the other
-  (docs/performance.md)."""
-  if cores is None:
-    if not hasattr(os, "sched_getaffinity"):
-      return [None] * jobs
-    cores = os.sched_getaffinity(0)
-  cores = sorted(cores)
-  if jobs <= 1 or jobs > len(cores):
-    return [None] * jobs
-  share, extra = divmod(len(cores), jobs)
-  slots, start = [], 0
-  for k in range(jobs):
-    end = start + share + (k < extra)
-    slots.append(frozenset(cores[start:end]))
-    start = end
-  return slots

@@ -146,12 +146,3 @@ def test_compilation_cache_opt_out_writes_nothing(tmp_path):
                        text=True, check=True, timeout=120).stdout.split()
   assert out[:3] == ["None"] * 3
   assert not (tmp_path / "xdg").exists() and not (tmp_path / ".cache").exists()
-
-
-def test_core_slots_split_the_cpus_into_disjoint_consecutive_shares():
-  assert machine.core_slots(2, [0, 1]) == [frozenset({0}), frozenset({1})]
-  assert machine.core_slots(2, [4, 0, 1, 2, 3]) == [frozenset({0, 1, 2}), frozenset({3, 4})]
-  assert machine.core_slots(3, range(8)) == [frozenset({0, 1, 2}), frozenset({3, 4, 5}),
-                                        frozenset({6, 7})]
-  assert machine.core_slots(1, [0, 1]) == [None]  # one job: every CPU
-  assert machine.core_slots(3, [0, 1]) == [None] * 3  # more jobs than cores: no pinning

@@ -15,7 +15,7 @@ def write_atomically(path: str, text: str) -> None:
   """Writes `text` to `path` through a temporary file in the same directory.
 
   The temporary name is unique to the process and thread, so that writers
-  sharing a file (runs under `--jobs`) never interleave their halves; a failed
+  sharing a file (processes or threads side by side) never interleave their halves; a failed
   write removes it and leaves `path` as it was.
   """
   tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"

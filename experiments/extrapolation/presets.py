@@ -218,7 +218,7 @@ PRESETS = {
         kinds=("rope", "bifocal_heads", "bifocal_pairs", "spectral", "nope", "alibi",
                "randomized_rope"),
         seeds=tuple(range(8)), calibrated=False, learning_rates=_ACCELERATOR_RATES,
-        data_workers=8),
+        data_workers=8, run_resources=(("CPU", 8), ("GPU", 1))),
     # The population test: seconds per population.
     "population_smoke": Preset(
         tasks=(TaskSpec("odds_first", ("valid",), variant="tiny", max_steps=12,

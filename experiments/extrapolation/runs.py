@@ -408,6 +408,8 @@ class Preset:
   cross_task: tuple[tuple[str, str], ...] = ()
   learning_rates: tuple[float, ...] = ()  # set: populations (PopulationRun) of seeds x these
   data_workers: int = 0                  # populations: batch-making processes
+  # What each run (a population: each) asks of the Ray cluster, in Ray's names.
+  run_resources: tuple[tuple[str, float], ...] = (("CPU", 1),)
   # (preset, results directory) -> the preset with what its results so far
   # choose added (`roster_rules.extend`); `resolved` applies it.
   extend: Callable[[Preset, str], Preset] | None = None

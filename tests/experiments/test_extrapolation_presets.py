@@ -197,7 +197,7 @@ def test_checkpoint_steps_are_the_multiples_of_the_just_fit_budget_before_the_en
   assert "--steps=500,1000" in command and "--spectrum" not in command
   assert not any(a.startswith(("--out", "--step=")) for a in command)
   # where `eval.py --steps` writes each (`evaluate.results_path(workdir, step)`)
-  assert ex.checkpoint_results_path("/o/w", 1000) == "/o/w/eval/results_step1000.json"
+  assert runs_lib.checkpoint_results_path("/o/w", 1000) == "/o/w/eval/results_step1000.json"
   with pytest.raises(ValueError, match="just_fit"):
     ex.TaskSpec("dyck", at_multiples=(1,)).checkpoint_steps(100)
 

@@ -11,10 +11,13 @@ import shutil
 import pytest
 
 from extrapolation_helpers import POPULATIONS, PRESET, TASK, fake_workdir, table_rows
+from fake_cluster import FakeCluster
 
+from experiments.extrapolation import execute
 from experiments.extrapolation import probe_report
 from experiments.extrapolation import report as report_lib
 from experiments.extrapolation import run_summary
+from experiments.extrapolation import runs
 from experiments.extrapolation import sweep as ex
 
 def test_calibration_budget_is_the_first_evaluated_step_that_learned(tmp_path):
@@ -85,20 +88,20 @@ def test_summary_carries_the_curve_at_steps_and_waits_for_every_checkpoint(tmp_p
   assert run.checkpoint_steps(20) == (5, 10)
   assert run_summary.summary_of(run, out, 20, 1.0) is None  # no checkpoint evaluated yet
   def checkpoint_stages():
-    return [c for stage, _, c in ex._stages(run, out, 20, evaluate=True)
+    return [c for stage, _, c in execute.stages(run, out, 20, evaluate=True)
             if stage == "eval" and any(a.startswith("--steps=") for a in c)]
 
   assert [[a for a in c if a.startswith("--steps=")] for c in checkpoint_stages()] == [
       ["--steps=5,10"]]  # one process for every pending checkpoint
   for step, accuracy in ((5, 0.6), (10, 0.8)):
-    with open(ex.checkpoint_results_path(workdir, step), "w") as f:
+    with open(runs.checkpoint_results_path(workdir, step), "w") as f:
       split = dict(token_accuracy=accuracy, sequence_accuracy=0.1, examples=16, by_length={},
                    by_depth={}, ci95=dict(token_accuracy=[accuracy - 0.05, accuracy + 0.05]))
       json.dump(dict(step=step, splits={n: split for n in task.split_names}), f)
     if step == 5:  # only the checkpoints still pending are evaluated
       assert [[a for a in c if a.startswith("--steps=")] for c in checkpoint_stages()] == [
           ["--steps=10"]]
-  assert len(ex._stages(run, out, 20, evaluate=True)) == 1  # only the final evaluation left
+  assert len(execute.stages(run, out, 20, evaluate=True)) == 1  # only the final evaluation left
   s = run_summary.summary_of(run, out, 20, 1.0)
   assert list(s["at_steps"]) == ["5", "10", "20"]
   assert s["at_steps"]["5"]["test_length"]["accuracy"] == 0.6
@@ -146,7 +149,7 @@ def test_a_probed_task_probes_at_its_end_and_its_summary_waits_for_the_probe(tmp
       out)
   workdir = fake_workdir(run, out, steps=10)
   assert run_summary.summary_of(run, out, 10, 1.0) is None  # no checkpoint at 5, no probe
-  with open(ex.checkpoint_results_path(workdir, 5), "w") as f:
+  with open(runs.checkpoint_results_path(workdir, 5), "w") as f:
     split = dict(token_accuracy=0.5, sequence_accuracy=0.1, examples=16, by_length={},
                  by_depth={}, ci95={})
     json.dump(dict(step=5, splits={n: split for n in task.split_names}), f)
@@ -204,9 +207,9 @@ def test_malformed_results_files_are_named_and_left_as_they_are(tmp_path, monkey
   budgets = results / ex.BUDGETS_FILE
   budgets.write_text('{"odds_first": {"budget": 4')
   sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(results), log=lambda m: None)
-  monkeypatch.setattr(ex, "execute", lambda *a, **k: pytest.fail("a run started"))
+  monkeypatch.setattr(execute, "execute", lambda *a, **k: pytest.fail("a run started"))
   with pytest.raises(ValueError, match=f"{budgets}: not readable as JSON"):
-    sweep.calibrate()
+    sweep.calibrate(FakeCluster())
   with pytest.raises(ValueError, match=f"{budgets}: not readable as JSON"):
     sweep.pending()
   assert budgets.read_text() == '{"odds_first": {"budget": 4'

@@ -1,7 +1,9 @@
-"""The sweep driver (experiments/extrapolation/sweep.py, `Sweep`): what is pending
-and in which order, each command run and logged, each summary committed as it
-lands, jobs on their own cores, runs the results choose, and stopping: by
-signal, by deadline (`--stop_by`, `--until`) and by `--limit`."""
+"""The sweep driver (experiments/extrapolation/sweep.py, `Sweep`) on a stand-in
+cluster (`FakeCluster`): what is pending and in which order, each summary
+written once and committed as it lands, runs the results choose, a protocol
+run held while its source trains, and stopping: by a stopped run, by deadline
+(`--stop_by`) and by `--limit`; each command run and logged (`execute`). On a
+real Ray cluster: test_sweep_on_ray.py."""
 
 import dataclasses
 import datetime
@@ -17,9 +19,27 @@ import time
 import pytest
 
 from extrapolation_helpers import PRESET, TASK
+from fake_cluster import FakeCluster
 
+from experiments.extrapolation import engine
+from experiments.extrapolation import execute
+from experiments.extrapolation import git_commit
 from experiments.extrapolation import run_summary
 from experiments.extrapolation import sweep as ex
+
+
+def _fake_runs(monkeypatch, execute_fn=lambda unit: "done",
+               summary=lambda r, *a: {"run": r.name}):
+  """Tasks that "train and evaluate" with `execute_fn(unit)` (a status) and
+  summarise each run with `summary`."""
+
+  def fake_execute(unit, *args, **kwargs):
+    status = execute_fn(unit)
+    return status, "boom" if status == "failed" else ""
+
+  monkeypatch.setattr(engine.execute_lib, "execute", fake_execute)
+  monkeypatch.setattr(engine, "summary_of", summary)
+
 
 def test_pending_waits_for_budgets_and_skips_summarised_runs(tmp_path):
   results = str(tmp_path / "results")
@@ -104,7 +124,7 @@ def test_commit_takes_only_the_summary_and_waits_for_the_index_lock(tmp_path):
   import threading  # pylint: disable=g-import-not-at-top
   threading.Timer(0.8, lock.unlink).start()
   logged = []
-  assert ex.git_commit_paths([str(summary)], "sweep: seed0", log=logged.append)
+  assert git_commit.git_commit_paths([str(summary)], "sweep: seed0", log=logged.append)
   assert logged == []
   assert _git(repo, "show", "--name-only", "--format=%s", "HEAD").split() == [
       "sweep:", "seed0", "results/seed0.json"]
@@ -116,7 +136,7 @@ def test_commit_outside_a_repository_logs_one_line_and_keeps_the_file(tmp_path):
   summary = tmp_path / "seed0.json"
   summary.write_text("{}")
   logged = []
-  assert not ex.git_commit_paths([str(summary)], "sweep: seed0", log=logged.append)
+  assert not git_commit.git_commit_paths([str(summary)], "sweep: seed0", log=logged.append)
   assert len(logged) == 1 and logged[0].startswith("not committed (sweep: seed0)")
   assert summary.read_text() == "{}"
 
@@ -125,65 +145,53 @@ def test_sweep_commits_each_summary_it_writes(tmp_path, monkeypatch):
   repo = _repo_with_other_work(tmp_path)
   sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(repo / "results"),
                    log=lambda m: None,
-                   on_written=lambda paths, message: ex.git_commit_paths(paths, message))
+                   on_written=lambda paths, message: git_commit.git_commit_paths(paths, message))
   run = ex.Run(TASK, "rope", 0)
-  monkeypatch.setattr(ex, "execute", lambda *a, **k: "done")
-  monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
-  monkeypatch.setattr(sweep, "pending", lambda: [run])
+  _fake_runs(monkeypatch)
+  monkeypatch.setattr(sweep, "pending", lambda: [run] if not sweep.done(run) else [])
   monkeypatch.setattr(sweep, "budget", lambda task: 10)
-  assert sweep.run() == {run.name: "done"}
+  assert sweep.run(FakeCluster()) == {run.name: "done"}
   committed = _git(repo, "show", "--name-only", "--format=%s", "HEAD").splitlines()
   assert committed[0] == f"sweep (results): {run.name}"
   assert committed[-1] == os.path.relpath(run_summary.summary_path(str(repo / "results"), run), repo)
 
 
+def test_a_summary_is_written_once_and_whole(tmp_path, monkeypatch):
+  """A summary already there (another driver landed it) is not written again;
+  the file appears whole (written beside and renamed)."""
+  results = tmp_path / "results"
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(results), log=lambda m: None)
+  first, second = ex.Run(TASK, "rope", 0), ex.Run(TASK, "rope", 1)
+  path = run_summary.summary_path(str(results), second)
+
+  def land_second_meanwhile(unit):
+    if unit == second:
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      with open(path, "w") as f:
+        f.write('{"by": "another driver"}')
+    return "done"
+
+  _fake_runs(monkeypatch, land_second_meanwhile)
+  monkeypatch.setattr(sweep, "pending", lambda: [first, second])
+  monkeypatch.setattr(sweep, "budget", lambda task: 10)
+  written = []
+  sweep.on_written = lambda paths, message: written.extend(paths)
+  assert sweep.run(FakeCluster()) == {first.name: "done", second.name: "done"}
+  assert written == [run_summary.summary_path(str(results), first)]
+  with open(path) as f:
+    assert json.load(f) == {"by": "another driver"}
+  assert not [n for n in os.listdir(os.path.dirname(path)) if not n.endswith(".json")]
+
+
 def test_each_command_logs_its_duration_and_a_resumed_run_counts_every_segment(tmp_path):
   log_path = str(tmp_path / "train.log")
-  with ex._Stop() as stop:
-    for seconds in (0.3, 0.2):  # a run stopped, then resumed by a later sweep
-      status, tail = ex._execute(
-          [sys.executable, "-c", f"import time; time.sleep({seconds}); print('step')"],
-          log_path, stop)
-      assert status == 0 and "step" in tail
+  for seconds in (0.3, 0.2):  # a run stopped, then resumed by a later sweep
+    status, tail = execute.run_command(
+        [sys.executable, "-c", f"import time; time.sleep({seconds}); print('step')"], log_path)
+    assert status == 0 and "step" in tail
   (tmp_path / "eval.log").write_text(f"$ eval.py\n{run_summary.TOOK}2.0 s (exit status 0)\n")
   assert 2.5 <= run_summary.logged_seconds(str(tmp_path)) < 2.5 + 10  # both segments and the eval
   assert run_summary.logged_seconds(str(tmp_path / "missing")) == 0.0
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs CPU affinity (not macOS) and two CPUs to tell a share from all")
-def test_a_pinned_command_runs_on_its_cores_only(tmp_path):
-  mine = sorted(os.sched_getaffinity(0))
-  code = "import os; print('CORES', sorted(os.sched_getaffinity(0)))"
-  with ex._Stop() as stop:
-    for cores, expected in ((frozenset(mine[:1]), mine[:1]), (None, mine)):
-      status, tail = ex._execute([sys.executable, "-c", code], str(tmp_path / "log"), stop, cores)
-      assert status == 0 and f"CORES {expected}" in tail, tail
-
-
-def test_concurrent_jobs_hold_disjoint_core_shares(tmp_path, monkeypatch):
-  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None,
-                   pin_cores=True)
-  runs = [ex.Run(TASK, "rope", seed) for seed in range(6)]
-  monkeypatch.setattr(ex.machine, "core_slots", lambda jobs: [frozenset({k}) for k in range(jobs)])
-  lock, in_flight, seen, overlaps = threading.Lock(), [], [], []
-
-  def execute(unit, *args, cores=None, **kwargs):
-    with lock:
-      overlaps.extend(cores & c for c in in_flight if cores & c)
-      in_flight.append(cores)
-      seen.append(cores)
-    time.sleep(0.05)
-    with lock:
-      in_flight.remove(cores)
-    return "done"
-
-  monkeypatch.setattr(ex, "execute", execute)
-  monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
-  monkeypatch.setattr(sweep, "pending", lambda: runs)
-  monkeypatch.setattr(sweep, "budget", lambda task: 10)
-  assert set(sweep.run(jobs=2).values()) == {"done"}
-  assert not overlaps and set(seen) == {frozenset({0}), frozenset({1})}, (overlaps, seen)
 
 
 def test_summary_seconds_include_segments_of_earlier_sweeps(tmp_path, monkeypatch):
@@ -193,11 +201,10 @@ def test_summary_seconds_include_segments_of_earlier_sweeps(tmp_path, monkeypatc
   with open(os.path.join(run.workdir(sweep.out), "train.log"), "w") as f:
     f.write(f"{run_summary.TOOK}500.0 s (exit status -2)\n{run_summary.TOOK}100.5 s (exit status 0)\n")
   seconds = []
-  monkeypatch.setattr(ex, "execute", lambda *a, **k: "done")
-  monkeypatch.setattr(ex, "summary_of", lambda r, out, budget, s: seconds.append(s) or {})
+  _fake_runs(monkeypatch, summary=lambda r, out, budget, s: seconds.append(s) or {})
   monkeypatch.setattr(sweep, "pending", lambda: [run])
   monkeypatch.setattr(sweep, "budget", lambda task: 10)
-  assert sweep.run() == {run.name: "done"}
+  assert sweep.run(FakeCluster()) == {run.name: "done"}
   assert seconds == [600.5]
 
 
@@ -211,7 +218,7 @@ def test_sweep_takes_up_runs_that_became_pending_in_order_and_tries_each_once(
     runs = [first] + ([third] if calibrated else []) + [second]
     return [r for r in runs if r.name not in done]
 
-  def execute(unit, *args, **kwargs):
+  def run(unit):
     executed.append(unit.name)
     calibrated.append(True)
     status = "done" if unit != second else "failed"  # a failed run stays pending
@@ -219,13 +226,30 @@ def test_sweep_takes_up_runs_that_became_pending_in_order_and_tries_each_once(
       done.add(unit.name)
     return status
 
-  monkeypatch.setattr(ex, "execute", execute)
-  monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
+  _fake_runs(monkeypatch, run)
   monkeypatch.setattr(sweep, "pending", pending)
   monkeypatch.setattr(sweep, "budget", lambda task: 10)
-  statuses = sweep.run()
+  statuses = sweep.run(FakeCluster())
   assert executed == [first.name, third.name, second.name]  # third asked for before second
   assert statuses == {first.name: "done", second.name: "failed", third.name: "done"}
+  with open(os.path.join(second.workdir(sweep.out), ex.FAILED_FILE)) as f:
+    assert f.readline().strip() == "boom"  # the one line, on the driver's disk
+
+
+def test_as_many_in_flight_as_the_cluster_holds_and_a_protocol_run_waits_for_its_source(
+    tmp_path, monkeypatch):
+  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None)
+  rope0, rope1 = ex.Run(TASK, "rope", 0), ex.Run(TASK, "rope", 1)
+  surgery0 = ex.Run(TASK, "bifocal_heads", 0, arm="surgery")
+  assert surgery0.source() == rope0
+  _fake_runs(monkeypatch)
+  monkeypatch.setattr(sweep, "pending",
+                      lambda: [r for r in (rope0, surgery0, rope1) if not sweep.done(r)])
+  monkeypatch.setattr(sweep, "budget", lambda task: 10)
+  cluster = FakeCluster(capacity=2)
+  assert set(sweep.run(cluster).values()) == {"done"}
+  # Two at a time; the surgery run not beside the rope run it starts from.
+  assert cluster.submitted == [rope0.name, rope1.name, surgery0.name]
 
 
 def test_a_run_the_results_choose_starts_in_the_sweep_that_landed_them(tmp_path, monkeypatch):
@@ -239,38 +263,53 @@ def test_a_run_the_results_choose_starts_in_the_sweep_that_landed_them(tmp_path,
     return dataclasses.replace(preset, tasks=(dataclasses.replace(TASK, later_kinds=("alibi",)),))
 
   preset = ex.Preset(tasks=(TASK,), kinds=("rope",), seeds=(0,), extend=extend)
-  monkeypatch.setattr(ex, "execute", lambda *a, **k: "done")
-  monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
+  _fake_runs(monkeypatch)
   for resolve, expected in ((None, ["rope"]), (lambda: preset.resolved(results), ["rope", "alibi"])):
     shutil.rmtree(results, ignore_errors=True)
     sweep = ex.Sweep(preset.resolved(results), str(tmp_path / "out"), results,
                      log=lambda m: None, resolve=resolve)
     monkeypatch.setattr(sweep, "budget", lambda task: 10)
-    statuses = sweep.run()
+    statuses = sweep.run(FakeCluster())
     assert [name.split("/")[2] for name in statuses] == expected  # without resolve: next sweep
 
 
-def test_sweep_stopped_by_a_signal_starts_no_further_round(tmp_path, monkeypatch):
+def test_a_run_stopped_from_outside_starts_no_other(tmp_path, monkeypatch):
   sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None)
   first, second = (ex.Run(TASK, "rope", seed) for seed in range(2))
   executed = []
-  pending_calls = iter([[first], [second]])
-  monkeypatch.setattr(ex, "execute", lambda unit, *a, **k: executed.append(unit.name) or "stopped")
-  monkeypatch.setattr(sweep, "pending", lambda: next(pending_calls))
+  _fake_runs(monkeypatch, lambda unit: executed.append(unit.name) or "stopped")
+  monkeypatch.setattr(sweep, "pending", lambda: [first, second])
   monkeypatch.setattr(sweep, "budget", lambda task: 10)
-  assert sweep.run() == {first.name: "stopped"}
+  assert sweep.run(FakeCluster()) == {first.name: "stopped"}
   assert executed == [first.name]
 
 
 def test_sweep_limit_counts_across_rounds(tmp_path, monkeypatch):
   sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=lambda m: None)
   runs = [ex.Run(TASK, "rope", seed) for seed in range(3)]
-  pending_calls = iter([runs[:1], runs[1:], runs[2:]])
-  monkeypatch.setattr(ex, "execute", lambda *a, **k: "done")
-  monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
-  monkeypatch.setattr(sweep, "pending", lambda: next(pending_calls))
+  _fake_runs(monkeypatch)
+  monkeypatch.setattr(sweep, "pending", lambda: [r for r in runs if not sweep.done(r)])
   monkeypatch.setattr(sweep, "budget", lambda task: 10)
-  assert list(sweep.run(limit=2)) == [runs[0].name, runs[1].name]
+  assert list(sweep.run(FakeCluster(), limit=2)) == [runs[0].name, runs[1].name]
+  assert list(sweep.run(FakeCluster(), limit=2)) == [runs[2].name]
+
+
+def test_progress_counts_and_time_left():
+  lines = []
+  progress = ex.sweep_progress.Progress(4, lines.append, bar=False)
+  progress.slots = 2
+  assert progress.left() is None  # nothing finished: no guess
+  for name in ("a", "b"):
+    progress.start(name, 1)
+  progress._started["a"] -= 100  # a took 100 s
+  progress.end("a", "done")
+  progress.end("b", "failed", "exit status 2")
+  # 2 left, 2 at a time, at the median landed run's 100 s: one round.
+  assert progress.landed == 1 and progress.failed == 1
+  assert progress.left() == pytest.approx(100, abs=1)
+  assert lines[0].startswith("[1/4] a  started") and lines[2].startswith("a: done in 100s")
+  assert lines[3] == "b: failed in 0s: exit status 2"
+  assert ex.sweep_progress.clock(3720) == "1h02m" and ex.sweep_progress.clock(90) == "2m"
 
 
 def _finished(results_dir, run, seconds):
@@ -325,18 +364,17 @@ def test_stop_by_passes_over_runs_expected_to_end_after_it_for_the_next_that_fit
   short, long, later = (ex.Run(TASK, "rope", 1), ex.Run(TASK, "bifocal_heads", 1),
                         ex.Run(TASK, "rope", 2))
   executed = []
-  monkeypatch.setattr(ex, "execute", lambda unit, *a, **k: executed.append(unit.name) or "done")
-  monkeypatch.setattr(ex, "summary_of", lambda r, *a: {"run": r.name})
+  _fake_runs(monkeypatch, lambda unit: executed.append(unit.name) or "done")
   monkeypatch.setattr(sweep, "pending",
                       lambda: [r for r in (short, long, later) if r.name not in executed])
   monkeypatch.setattr(sweep, "budget", lambda task: 10)
-  assert sweep.run(stop_by=time.time() + 600) == {short.name: "done", later.name: "done"}
+  assert sweep.run(FakeCluster(), stop_by=time.time() + 600) == {short.name: "done", later.name: "done"}
   assert executed == [short.name, later.name]  # `long` passed over, the order kept otherwise
   passed = [m for m in logged if "not starting" in m]
   assert len(passed) == 1 and f"{long.name} (expected to take 5000 s)" in passed[0], logged
   executed.clear()
-  assert sweep.run(stop_by=time.time() - 1) == {}  # past it: nothing, known or not
-  assert sweep.run(stop_by=time.time() + 10_000) == {short.name: "done", long.name: "done",
+  assert sweep.run(FakeCluster(), stop_by=time.time() - 1) == {}  # past it: nothing, known or not
+  assert sweep.run(FakeCluster(), stop_by=time.time() + 10_000) == {short.name: "done", long.name: "done",
                                                      later.name: "done"}
 
 
@@ -374,62 +412,69 @@ print('signals', len(signals), flush=True)
 """
 
 
-def test_until_stops_the_runs_in_flight_once_each_and_starts_none(tmp_path, monkeypatch):
-  logged = []
-  sweep = ex.Sweep(PRESET, str(tmp_path / "out"), str(tmp_path / "results"), log=logged.append)
-  runs = [ex.Run(TASK, "rope", seed) for seed in range(3)]
-  monkeypatch.setattr(sweep, "pending", lambda: runs)
-  monkeypatch.setattr(sweep, "budget", lambda task: 10)
-  monkeypatch.setattr(ex, "_stages", lambda run, out, budget, evaluate: [
-      ("train", run, [sys.executable, "-c", _WAITS_FOR_SIGTERM])])
-  start = time.time()
-  statuses = sweep.run(jobs=2, until=start + 3)
-  assert statuses == {runs[0].name: "stopped", runs[1].name: "stopped"}  # the third not started
-  assert 3 <= time.time() - start < 50
-  for run in runs[:2]:
-    with open(os.path.join(run.workdir(sweep.out), "train.log")) as f:
-      log = f.read()
-    assert "ready" in log and "signals 1" in log, log  # one signal: the trainer saves
-  assert not os.path.exists(runs[2].workdir(sweep.out))
-  assert sum("until" in m and "stopping the runs in flight" in m for m in logged) == 1, logged
-  assert not any(os.path.exists(os.path.join(r.workdir(sweep.out), ex.FAILED_FILE)) for r in runs)
+def _wait_for_line(path, line, timeout=60):
+  deadline = time.time() + timeout
+  while time.time() < deadline and not (
+      os.path.exists(path) and f"\n{line}\n" in open(path).read()):
+    time.sleep(0.05)
 
 
-def test_a_command_started_after_the_stop_gets_the_signal_at_once(tmp_path):
-  with ex._Stop() as stop:
-    stop.stop(signal.SIGTERM, once=True)
-    stop.stop(signal.SIGTERM, once=True)  # once: no second signal for anyone
-    start = time.time()
-    status, tail = ex._execute([sys.executable, "-c", _WAITS_FOR_SIGTERM], str(tmp_path / "log"),
-                               stop)
-  # killed before its handler was set, or caught the signal: either way it ended at once
-  assert status == -signal.SIGTERM or "signals 1" in tail, tail
-  assert time.time() - start < 50
-
-
-def test_a_second_signal_is_passed_on_to_stop_the_commands_at_once(tmp_path):
-  """A user's second Ctrl-C reaches the trainers (which then stop without
-  saving); only `until`'s stop is sent once."""
+def test_a_stopped_task_passes_one_sigterm_to_its_command_and_waits_for_it(tmp_path):
+  """Ray's cancel is a KeyboardInterrupt in the task: the command gets one
+  SIGTERM however many come (a second would make the trainer skip its save),
+  and `Stopped` is raised once it has exited."""
   log_path = str(tmp_path / "log")
-  with ex._Stop() as stop:
-    result = {}
-    worker = threading.Thread(target=lambda: result.update(out=ex._execute(
-        [sys.executable, "-c", _WAITS_FOR_SIGTERM], log_path, stop)))
-    worker.start()
-    def wait_for(line):  # a line the child printed (the command's text has them too)
-      deadline = time.time() + 60
-      while time.time() < deadline and not (
-          os.path.exists(log_path) and f"\n{line}\n" in open(log_path).read()):
-        time.sleep(0.05)
 
-    wait_for("ready")
-    stop.stop(signal.SIGTERM)
-    wait_for("got")  # handled before the next: the kernel merges a pending one
-    stop.stop(signal.SIGTERM)
-    stop.stop(signal.SIGTERM, once=True)  # already stopped: not sent
-    worker.join(60)
-  status, tail = result["out"]
-  assert status == 0 and "signals 2" in tail, tail
+  def interrupt_twice():
+    _wait_for_line(log_path, "ready")
+    for _ in range(2):
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(0.2)
+
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    threading.Thread(target=interrupt_twice, daemon=True).start()
+    with pytest.raises(execute.Stopped):
+      execute.run_command([sys.executable, "-c", _WAITS_FOR_SIGTERM], log_path)
+  finally:
+    signal.signal(signal.SIGINT, previous)
+  log = open(log_path).read()
+  assert "signals 1" in log and "(exit status 0)" in log, log
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_command_dies_with_the_process_that_started_it(tmp_path):
+  """A worker killed outright leaves no trainer to race its retry."""
+  pid_file = tmp_path / "child.pid"
+  sleeper = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+  code = ("import sys; from experiments.extrapolation import execute; "
+          f"execute.run_command([sys.executable, '-c', {sleeper!r}], {str(tmp_path / 'log')!r})")
+  parent = subprocess.Popen([sys.executable, "-c", code], cwd=ex.engine.REPO)
+  deadline = time.time() + 60
+  while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+    time.sleep(0.05)
+  child = int(pid_file.read_text())
+  parent.kill()
+  parent.wait()
+  deadline = time.time() + 10
+  while time.time() < deadline:
+    try:
+      os.kill(child, 0)
+    except ProcessLookupError:
+      break
+    time.sleep(0.05)
+  else:
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the command outlived the process that started it")
+
+
+def test_a_failed_commands_error_line():
+  tail = ("$ train.py ...\nI1207 step 0\nTraceback (most recent call last):\n  File x\n"
+          "ValueError: batch_size=-3: must be positive\n# took 1.0 s (exit status 1)\n")
+  assert execute.error_line(tail) == "ValueError: batch_size=-3: must be positive"
+  assert execute.error_line("error: config 'dyk': unknown\n") == "error: config 'dyk': unknown"
+  assert execute.error_line("killed\n") == "killed"
+  assert execute.error_line("") == ""
 
 
 def test_parse_deadline():
