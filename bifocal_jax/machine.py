@@ -12,8 +12,8 @@ for the Chomsky-hierarchy transformer at batch 128, length 80) with
 `mmap` (a thread arena cannot hold it) and unmaps it on `free`, so every train
 step page-faults half a gigabyte of zeroed memory, CPU time spent in the
 kernel. With one arena, no `mmap` for large blocks, a high trim threshold and transparent huge
-pages, the buffer stays mapped from step to step (the measurements: README,
-Performance, "The host allocator"; docs/performance.md). Peak resident memory
+pages, the buffer stays mapped from step to step (the measurements: docs/performance.md,
+"What made the difference", "The host allocator"). Peak resident memory
 grows (freed blocks are kept for reuse).
 
 glibc reads `GLIBC_TUNABLES` only at process start, so the entry points
@@ -126,7 +126,7 @@ def core_slots(jobs: int, cores: Iterable[int] | None = None) -> list[frozenset[
   Why pin: XLA:CPU sizes its thread pool to the CPUs a process may use, so
   processes sharing the same cores each split their small matmuls over all of
   them and contend for them; pinned, each runs on its own share (the
-  measurement: README, "Results", the `--jobs J > 1` paragraph). A run's
+  measurement: docs/performance.md, "Pinning runs to cores"). A run's
   floats then differ in the last bits from an unpinned run's: XLA splits
   reductions by thread. Not for the test suite: its tests wait on
   subprocesses, and an unpinned idle worker's core then helps the other
