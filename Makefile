@@ -1,7 +1,7 @@
 # Two commands on a fresh machine: `make demo` and `make test`.
 # Both create .venv from a Python 3.12+ found by .ci/find_python.sh and install
 # requirements.txt, requirements-dev.txt, the host libraries' model code
-# (requirements-hosts.txt, without their dependencies: see README) and the
+# (requirements-hosts.txt, without their dependencies: see docs/getting_started.md) and the
 # package (editable); re-running skips that step when none of those files changed.
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
-.PHONY: venv demo lint format test test-fast bench clean
+.PHONY: venv demo lint format test test-fast docs bench clean
 LINTED := bifocal_jax train.py eval.py configs experiments benchmarks tests docs examples
 
 venv: $(STAMP)
@@ -52,5 +52,10 @@ test: lint
 test-fast: lint
 	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
+# The documentation site (Sphinx with MyST and myst-nb, configured in docs/conf.py)
+# into docs/_build/html, warnings as errors (what CI runs after the tests).
+docs: $(STAMP)
+	@$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache build *.egg-info docs/_build

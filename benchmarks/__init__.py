@@ -3,4 +3,4 @@ compile time, the data pipeline, the original Chomsky-hierarchy trainer, the
 accelerator script. Each runs from the repository root as
 `python -m benchmarks.NAME` (its docstring); `bench_util` is what they share.
 Their figures are committed under `results/benchmarks/` and quoted in the
-README's Performance section."""
+docs/performance.md."""

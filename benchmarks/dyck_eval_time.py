@@ -11,7 +11,7 @@ runs in a fresh process with the compilation cache off (a first evaluation:
 every batch shape compiles), the way `eval.py --dyck_file` scores a file
 (`Evaluator.dyck_file`). Reported per file and in total: wall seconds
 (compiles included) and the scores (loss, token and closing-bracket
-accuracy). (Against the attention kernel before issue #33: the README, with
+accuracy). (Against the attention kernel before issue #33: docs/performance.md, with
 the commit that measured it.)
 """
 

@@ -11,7 +11,7 @@ model's 4 heads of 16), random, causal, in-order positions. Candidates:
 over the first block size (median of per-round ratios: CPU time is less
 disturbed by a loaded machine), compile time, and the largest difference from
 the first block size's output. (Against the kernel before issue #33: the
-README, with the commit that measured it.)
+docs/performance.md, with the commit that measured it.)
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ products: `2 L^2 d_model` per layer for scores and values, times the layers)
 over the evaluation's seconds, over the float32 matmul peak measured in the
 same run (`bench_util.PEAK_SHAPES`, before and after the lengths; the faster).
 It counts attention only, so it is a lower bound on the step's arithmetic
-rate. (Against the kernel before issue #33: the README, with the commit that
+rate. (Against the kernel before issue #33: docs/performance.md, with the commit that
 measured it.)
 """
 

@@ -13,7 +13,7 @@ of 240..255 tokens, padded to 256); `protocol40` and `protocol80` are the
 converged sweep's 5-layer model (width 64, 8 heads, batch 128; the
 `configs/_chomsky.py:paper` sizes) on Dyck strings padded to 40 and 80
 tokens; `smoke` is tiny. (The comparisons with the attention kernel before
-issue #33 and with LayerNorm's autodiff backward are in the README with the
+issue #33 and with LayerNorm's autodiff backward are in docs/performance.md with the
 commits that measured them.)
 
 For each config, in one process and interleaved (A, B, C, ... repeated; the

@@ -1,6 +1,6 @@
 """bifocal-jax: geometric and spectral rotary eyes (Bifocal Attention) in JAX/Flax.
 
-The public names of the library (README, "Use it in your own model"). Submodules:
+The public names of the library (docs/api.md; docs/own_model.md shows them in use). Submodules:
 `rope` (the rotary math), `attention`, `model`, `tasks`, `optim`, `surgery`,
 `linen`, `analysis`, `train`, `evaluate`.
 """

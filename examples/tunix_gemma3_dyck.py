@@ -13,7 +13,7 @@
 
 Writes `trajectory.png`, `trajectory.npz` (steps, frequencies [T, layers, kv heads,
 pairs]) and `summary.json` into `--workdir`. tunix's model code must be installed
-(`make venv` does it; see README).
+(`make venv` does it; see docs/getting_started.md).
 """
 
 from __future__ import annotations

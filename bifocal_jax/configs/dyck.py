@@ -11,7 +11,7 @@ them: `python -m bifocal_jax.eval --workdir DIR --dyck_file k8_m10.test`.
   python -m bifocal_jax.train --config dyck:paper --workdir runs/dyck_paper
   python -m bifocal_jax.train --config dyck --config.position.kind=rope --workdir runs/dyck_rope
 
-Variants (`:arg`): default (the `make demo` run, sized for a CPU; its time: README, "Training"),
+Variants (`:arg`): default (the `make demo` run, sized for a CPU; its time: docs/performance.md),
 `tiny` (tests: seconds), `paper` (accelerator-sized: 5 layers, width 256).
 """
 

@@ -91,7 +91,7 @@ def attend(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *, ca
 # `query_chunk`). XLA:CPU runs each block's softmax as a few kernels with the
 # `[B, H, block, block]` float32 scores between them, so the block is sized for
 # them to stay in a core's L2 (1 MB at 4 heads, batch 1); blocks of 128 and
-# 512 were timed against it (README, Performance, long-sequence evaluation).
+# 512 were timed against it (docs/performance.md, the long-sequence evaluation).
 BLOCK = 256
 
 
@@ -261,7 +261,7 @@ def _sum_over_queries(a_BxHxQxS, x_BxHxQxK):
   Written as a broadcast multiply and a sum over Q, which XLA:CPU fuses into one
   pass over `a` with no `[Q, S, K]` intermediate. Its dot kernels must
   contract the major Q dimension, which they do more slowly
-  (`python -m benchmarks.attention_kernels`; README, Performance, "Attention on CPU").
+  (`python -m benchmarks.attention_kernels`; docs/performance.md, "What made the difference").
   Accumulates in float32.
   """
   a, x = a_BxHxQxS.astype(jnp.float32), x_BxHxQxK.astype(jnp.float32)

@@ -48,7 +48,7 @@ def layer_norm(x_NxD, scale_D, bias_D, eps: float):
   models (64) a token's matmuls are small and autodiff's backward of the two
   reductions costs as much as they do; the closed form is two reductions and
   one elementwise pass over `x` (same gradients to float32 rounding,
-  `tests/nn/test_model.py`; README, Performance).
+  `tests/nn/test_model.py`; docs/performance.md).
   """
   return _layer_norm_fwd(x_NxD, scale_D, bias_D, eps)[0]
 

@@ -87,8 +87,8 @@ def import_tunix(name: str) -> types.ModuleType:
   if "tunix" not in sys.modules:
     spec = importlib.util.find_spec("tunix")
     if spec is None:
-      raise ImportError("tunix is not installed: see the README, 'Surgery on the LLMs people "
-                        "fine-tune', for the install line")
+      raise ImportError("tunix is not installed: see docs/getting_started.md, 'The tested "
+                        "versions', for the install line")
     try:
       importlib.import_module("tunix")
     except ImportError:

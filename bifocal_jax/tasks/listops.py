@@ -177,7 +177,7 @@ def _draw(rng: random.Random, weights: np.ndarray) -> int:
   The cumulative sums left to right, as `np.cumsum` adds them, and the first
   one above the uniform, as `np.searchsorted(side="right")`: in Python, since
   numpy's per-call overhead on these short arrays is a large share of
-  generating an example (README, Performance, "Length groups"; the same
+  generating an example (docs/performance.md, "Data throughput"; the same
   draws, bitwise: `tests/tasks/test_listops.py`)."""
   cdf = list(itertools.accumulate(weights.tolist()))
   return min(bisect.bisect_right(cdf, rng.random() * cdf[-1]), len(cdf) - 1)

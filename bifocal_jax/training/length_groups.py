@@ -29,7 +29,7 @@ members to one width and take no groups (config validation says so).
 Besides the padding, smaller groups run faster per row where a whole
 batch's activations outgrow the caches (the 5-layer model, batch 128); the
 2-layer Dyck step gains nothing, its groups' extra dispatches costing what
-the padding saved, and stays one padded batch (the step times: README,
+the padding saved, and stays one padded batch (the step times: docs/performance.md,
 Performance, "Length groups").
 """
 

@@ -26,7 +26,7 @@ How:
 * each member draws its batches from its own seed (`train_batches`; members
   sharing a seed share them), padded to one width per step.
 
-On a CPU this gains nothing (the measurement: README, "Population
+On a CPU this gains nothing (the measurement: docs/performance.md, "Population
 training"); it is for accelerators. One process only (validated).
 
 Workdir layout (besides the single run's `config.json`, `checkpoints/` with

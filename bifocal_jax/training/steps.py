@@ -190,7 +190,7 @@ def compiler_options() -> dict | None:
   """XLA options of the compiled steps. On CPU, backend optimisation level 1,
   which compiles the train step faster than the default level with bitwise
   the same results and no slower steps (`python -m benchmarks.compile_options`; the
-  figures: README, Performance); elsewhere XLA's defaults."""
+  figures: docs/performance.md); elsewhere XLA's defaults."""
   return {"xla_backend_optimization_level": 1} if jax.default_backend() == "cpu" else None
 
 

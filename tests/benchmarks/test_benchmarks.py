@@ -1,6 +1,6 @@
 """The performance benchmarks run end to end at tiny sizes (`python -m benchmarks.NAME`).
 
-Their figures are measured by hand (README, Performance); these tests keep the
+Their figures are measured by hand (docs/performance.md); these tests keep the
 scripts working: each runs as a subprocess at its smallest setting and writes
 JSON whose figures must be present and sane. `gpu.py --tiny` is the dry run
 of the accelerator script on CPU.

@@ -4,7 +4,7 @@ modules living beside it. Skipped where gemma's model code is not installed.
 The code under test is gemma's own (`Attention`: its rotary call, GQA, sliding window;
 `gm.nn.Transformer`: its `nn.jit` and layer stack). gemma imports kauldron, whose typing
 module imports TensorFlow only to name `tf.Tensor` in type aliases; where TensorFlow is not
-installed (CI installs gemma light, see README), a stand-in module holding a `Tensor` class
+installed (CI installs gemma light, see docs/getting_started.md), a stand-in module holding a `Tensor` class
 is registered while gemma loads.
 """
 

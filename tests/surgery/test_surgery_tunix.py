@@ -1,6 +1,6 @@
 """Surgical Integration on tunix's own model code: Gemma 3, Llama 3, Qwen 3 (tiny, random).
 
-These run google-tunix 0.1.7's model files (installed light, see README);
+These run google-tunix 0.1.7's model files (installed light, see docs/getting_started.md);
 they are skipped where tunix is not installed.
 """
 

@@ -1,6 +1,6 @@
 """Runs survive what kills research runs (issue #8): preemption, `kill -9` at
 any point, damaged checkpoints, non-finite values and workdir mix-ups. Each
-test is one guarantee of the README's "Reliability" section."""
+test is one guarantee of docs/reliability.md."""
 
 import json
 import os

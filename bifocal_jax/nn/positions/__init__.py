@@ -18,7 +18,7 @@ Adding a scheme is one file and one registry entry:
      `ml_collections.config_dict.placeholder(type)`, meaning the source's
      default, so that the configs of existing runs stay comparable).
   2. this file: the module in `_FAMILIES`.
-Then add its test, `tests/test_positions_<family>.py`, and its README row.
+Then add its test, `tests/nn/test_positions_<family>.py`, and its row of docs/roster.md.
 `POSITION_KINDS` (every base `position.kind`) is derived from the registry;
 a mixed kind `a+b` of two of them (`mixed.py`: the heads split between two
 schemes) is valid too: `is_valid_kind`, `parts`.

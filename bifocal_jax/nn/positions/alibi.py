@@ -87,7 +87,7 @@ def randomized_alibi_bias(q_index_BxQ, k_index_BxS, distances_BxL, slopes_H, *,
   distances_Bx1xL = jnp.atleast_2d(distances_BxL).astype(jnp.float32)[:, None, :]
   # Gathered once, not fused: fused into the score kernels, XLA:CPU redoes
   # the gather for every batch row of each (the train step before and after:
-  # README, "Position kinds").
+  # docs/performance.md, "Position kinds").
   r = jax.lax.optimization_barrier(
       jnp.take_along_axis(distances_Bx1xL, jnp.abs(diff_BxQxS), axis=-1, mode="clip"))
   slopes = jnp.asarray(slopes_H, jnp.float32)[:, None, None]

@@ -85,7 +85,7 @@ def encoding_products(qv_NxK: jax.Array, r_WxK: jax.Array) -> jax.Array:
   `N` (batch x queries) dimension: autodiff's dot makes XLA:CPU transpose
   `dX` to `[W, N]` first, a pass over the head's logits. As a broadcast
   multiply and a sum over `N` (`kernels._sum_over_queries`' form) it is one
-  pass (the train step before and after: README, "Position kinds", its
+  pass (the train step before and after: docs/performance.md, "Position kinds", its
   "Cost" paragraphs).
   """
   return qv_NxK @ r_WxK.T
@@ -138,7 +138,7 @@ def relative_logits(q_BxHxQxK, k_BxHxSxK, r_WxHxK, u_HxK, v_HxK, *,
     # One plain [B Q, K] x [K, W] matmul and skew per head: the batched einsum
     # below makes XLA:CPU transpose its [B, H, Q, W] output to heads-major and
     # back (forward and backward); per head there is no such transpose (the
-    # logits timed alone: docs/performance.md; the train step: README,
+    # logits timed alone: docs/performance.md; the train step: docs/performance.md,
     # "Position kinds").
     b, heads, queries, head_dim = q_BxHxQxK.shape
 
