@@ -82,4 +82,9 @@ def test_the_installed_commands_train_evaluate_and_list_tasks(installed, compila
   listed = _run([str(python), "-m", "bifocal_jax.tasks", "--config", "odds_first:tiny",
                  "--split=test_length", "--num=3", "--format=che"], cwd=elsewhere, env=env)
   assert len(listed.stdout.splitlines()) == 3 and listed.stdout.startswith('{"length":')
+  configs = _run([str(python), "-m", "bifocal_jax.configs"], cwd=elsewhere, env=env)
+  assert "  dyck  (variants: tiny, paper)" in configs.stdout.splitlines()
+  lora = subprocess.run([str(python), "-m", "bifocal_jax.surgery.tunix_lora", "--help"],
+                        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+  assert lora.returncode == 1 and "--family" in lora.stdout, lora.stderr  # absl's --help status
   assert sorted(os.listdir(elsewhere)) == ["run"]  # nothing else written where it ran
