@@ -12,11 +12,15 @@ Imports nothing of the project (and not JAX): every layer's command may use it.
 from __future__ import annotations
 
 import ast
+import contextlib
+import difflib
+import functools
 import logging as std_logging
 import os
 import re
 import sys
 import textwrap
+import warnings
 from collections.abc import Sequence
 
 from absl import flags
@@ -36,22 +40,57 @@ def config_path(name: str) -> str:
   return os.path.join(CONFIG_DIRECTORY, f"{name}.py")
 
 
-def config_summaries() -> dict[str, str]:
-  """`{name: the first sentence of its docstring}` of the packaged
-  configs (read, not imported: this module imports nothing of the project)."""
-  summaries = {}
-  for name in CONFIG_NAMES:
-    with open(config_path(name)) as f:
-      doc = ast.get_docstring(ast.parse(f.read())) or ""
-    first = " ".join(doc.strip().split("\n\n")[0].split())
-    summaries[name] = first.split(". ")[0].rstrip(".")
-  return summaries
+@functools.cache
+def _config_module(name: str) -> ast.Module:
+  with open(config_path(name)) as f:
+    return ast.parse(f.read())
+
+
+def config_purpose(name: str) -> str:
+  """What packaged config `name` trains: its docstring's summary line (read,
+  not imported: this module imports nothing of the project)."""
+  doc = ast.get_docstring(_config_module(name)) or ""
+  return doc.strip().split("\n")[0].rstrip(".")
+
+
+def config_variants(name: str) -> tuple[str, ...]:
+  """The `:VARIANT`s packaged config `name` accepts besides its default: its
+  module's `VARIANTS`, a literal or `_shared.VARIANTS` of a sibling module."""
+  return _variants(os.path.join(CONFIG_DIRECTORY, f"{name}.py"))
+
+
+def _variants(path: str) -> tuple[str, ...]:
+  with open(path) as f:
+    module = ast.parse(f.read())
+  for node in module.body:
+    if (isinstance(node, ast.Assign) and len(node.targets) == 1 and
+        isinstance(node.targets[0], ast.Name) and node.targets[0].id == "VARIANTS"):
+      value = node.value
+      if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
+        return _variants(os.path.join(CONFIG_DIRECTORY, f"{value.value.id}.py"))
+      return tuple(ast.literal_eval(value))
+  return ()
+
+
+CONFIGS_COMMAND = "python -m bifocal_jax.configs"
 
 
 def configs_help() -> str:
-  """The packaged configs, one per entry: the name, then its docstring's first sentence."""
-  return "\n".join(
-      f"  {name}\n" + wrapped(line, "      ") for name, line in config_summaries().items())
+  """The packaged configs, two lines each: the name and its variants, then what it trains."""
+  lines = []
+  for name in CONFIG_NAMES:
+    variants = ", ".join(config_variants(name)) or "none"
+    lines += [f"  {name}  (variants: {variants})", "      " + config_purpose(name)]
+  return "\n".join(lines)
+
+
+def configs_listing() -> str:
+  """What `python -m bifocal_jax.configs` prints: how to name a config, then `configs_help`."""
+  return ("The configs of the package, for --config NAME or --config NAME:VARIANT (from any\n"
+          "folder; a config file's path works too: --config configs/dyck.py:tiny). Without a\n"
+          "variant, a CPU-sized run; tiny: seconds, for tests; paper: for an accelerator.\n"
+          "Print one resolved: python -m bifocal_jax.train --config NAME --print_config\n\n" +
+          configs_help())
 
 
 def wrapped(text: str, indent: str = "  ") -> str:
@@ -72,17 +111,25 @@ def resolve_config(value: str) -> str:
   replaced by its file's path; a path to a file is kept as it is.
 
   A value that is neither a file nor a name (and does not look like a path,
-  which the config loader reports itself) is a ValueError naming the configs.
+  which the config loader reports itself), or a packaged config's name with a
+  variant it lacks, is a one-line ValueError naming what to use instead.
   """
   spec, sep, arg = value.partition(":")
   if os.path.isfile(spec):
     return value
   if spec in CONFIG_NAMES:
+    variants = config_variants(spec)
+    if arg and arg not in variants:
+      raise ValueError(f"--config={value}: config {spec} has no variant {arg!r} (use "
+                       f"{' or '.join(f'{spec}:{v}' for v in variants) or spec}; "
+                       f"`{CONFIGS_COMMAND}` lists them)")
     return config_path(spec) + sep + arg
   if os.sep in spec or spec.endswith(".py"):
     return value
-  raise ValueError(f"--config={value}: no such file, nor a config of the package "
-                   f"(one of {', '.join(CONFIG_NAMES)})")
+  close = difflib.get_close_matches(spec, CONFIG_NAMES, n=1)
+  raise ValueError(f"--config={value}: no such file, nor a config of the package" +
+                   (f" (did you mean {close[0]}?)" if close else "") +
+                   f"; `{CONFIGS_COMMAND}` lists them")
 
 
 def resolve_argv(argv: Sequence[str], flag: str = "config") -> list[str]:
@@ -113,11 +160,13 @@ class _ProjectInfoOnly(std_logging.Filter):
   """
 
   def filter(self, record: std_logging.LogRecord) -> bool:
-    if record.levelno >= std_logging.WARNING:
-      return True
-    path = os.path.abspath(record.pathname)
-    return (f"{os.sep}bifocal_jax{os.sep}" in path or
-            path == os.path.abspath(sys.argv[0]))  # the entry point itself
+    return record.levelno >= std_logging.WARNING or _is_project(record)
+
+
+def _is_project(record: std_logging.LogRecord) -> bool:
+  """Whether this project logged `record` (its package, or the entry point itself)."""
+  path = os.path.abspath(record.pathname)
+  return f"{os.sep}bifocal_jax{os.sep}" in path or path == os.path.abspath(sys.argv[0])
 
 
 def quiet_library_logs() -> None:
@@ -127,6 +176,33 @@ def quiet_library_logs() -> None:
   handler = logging.get_absl_handler()
   if not any(isinstance(f, _ProjectInfoOnly) for f in handler.filters):
     handler.addFilter(_ProjectInfoOnly())
+
+
+class _NoLibraryWarnings(std_logging.Filter):
+  """Drops other libraries' records below ERROR (see `library_warnings_hidden`)."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    return record.levelno >= std_logging.ERROR or _is_project(record)
+
+
+@contextlib.contextmanager
+def library_warnings_hidden():
+  """Inside the block, other libraries' warnings (absl-logged and Python
+  `warnings`) are not shown; errors, and this project's own warnings, are.
+
+  For calls whose library warnings are known and say nothing to the user:
+  Orbax announces, opening checkpoints read-only, that the directory is read
+  only; a message that came first in every evaluation's output.
+  """
+  handler = logging.get_absl_handler()
+  only_errors = _NoLibraryWarnings()
+  handler.addFilter(only_errors)
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      yield
+  finally:
+    handler.removeFilter(only_errors)
 
 
 def fail(message: str, status: int = 2):
@@ -168,11 +244,21 @@ def describe_flag_error(error: BaseException, argv) -> str:
                  for a in argv
                  if a.startswith("--config.") and a.split("=")[0].endswith("." + key)),
                 f"--config.*.{key}")
-    return f"{flag}: no such config key" + (f" ({hint[0]})" if hint else "")
+    return (f"{flag}: no such config key" + (f" ({hint[0]})" if hint else "") +
+            "; --print_config lists the keys")
+  if isinstance(error, flags.UnrecognizedFlagError):
+    return f"{first_line(error)} (--help lists the flags)"
+  if isinstance(error, flags.IllegalFlagValueError):
+    message = re.sub(r"^flag ", "", first_line(error))
+    if message.startswith("--config."):
+      return f"{message} (--print_config shows each key's current value and type)"
+    return f"{message} (--help says what it takes)"
   # Messages of config files that fail to load span lines (a traceback even):
   # the last line says what went wrong.
   lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-  return lines[-1] if lines else type(error).__name__
+  if not lines:
+    return type(error).__name__
+  return re.sub(r"^[A-Za-z_.]*(Error|Exception): ", "", lines[-1])
 
 
 def flags_parser(*config_flags):

@@ -29,9 +29,15 @@ A population's workdir (`config.population`) is evaluated member by member:
 `--member i` or `--member all` (one compiled evaluation for all of them), each
 into `DIR/members/<i>/eval/results.json`; members that went non-finite are
 reported and skipped (`--member i` of one is an error).
-"""
 
-import sys
+Data directory: `--data_dir`, else `$BIFOCAL_DATA_DIR`, else
+`$XDG_CACHE_HOME/bifocal_jax/data` (published files: `python -m
+bifocal_jax.tasks.external fetch`, or a local copy there). Distributed: none
+to set; evaluation runs in one process over this machine's devices (training's
+`--coordinator_address`, `--num_processes`, `--process_id` are `train.py`'s).
+The configs runs are trained from: `python -m bifocal_jax.configs`.
+A bad flag, split, member or workdir is one line on stderr, exit status 2.
+"""
 
 from absl import app
 from absl import flags
@@ -97,9 +103,9 @@ def main(argv):
     compare.compare(workdirs, out=_OUT.value)
     return 0
   if extra:
-    raise app.UsageError(f"unexpected arguments {extra} (only --compare takes several)")
+    raise ValueError(f"unexpected arguments {extra} (only --compare takes several)")
   if _WORKDIR.value is None:
-    raise app.UsageError("--workdir is required (or --compare DIR1 DIR2 ...)")
+    raise ValueError("--workdir is required (or --compare DIR1 DIR2 ...)")
   options = dict(
       splits=_SPLITS.value, num_examples=_NUM_EXAMPLES.value, dyck_files=_DYCK_FILE.value,
       spectrum=_SPECTRUM.value, probe=_PROBE.value, probe_examples=_PROBE_EXAMPLES.value,
@@ -111,8 +117,8 @@ def main(argv):
   if _STEPS.value is not None:
     for name, flag in (("--step", _STEP), ("--member", _MEMBER), ("--out", _OUT)):
       if flag.value is not None:
-        raise app.UsageError(f"--steps evaluates a single run's checkpoints, each into its own "
-                             f"results file: drop {name}")
+        raise ValueError(f"--steps evaluates a single run's checkpoints, each into its own "
+                         f"results file: drop {name}")
     evaluate.evaluate_steps(_WORKDIR.value, [_step_number(s) for s in _STEPS.value], **options)
     return 0
   if _MEMBER.value is None:
@@ -120,7 +126,7 @@ def main(argv):
     return 0
   members = None if _MEMBER.value == "all" else [_member_index(_MEMBER.value)]
   if members is None and _OUT.value:
-    raise app.UsageError("--out names one results file: use it with --member i, not all")
+    raise ValueError("--out names one results file: use it with --member i, not all")
   runs, frozen = evaluate.load_members(_WORKDIR.value, step=_STEP.value, members=members,
                                        memory_budget=options["memory_budget"],
                                        max_batch_size=options["max_batch_size"])
@@ -140,27 +146,28 @@ def _step_number(value: str) -> int:
   try:
     return int(value)
   except ValueError:
-    raise app.UsageError(f"--steps: {value!r} is not a checkpoint step (500,1000,...)") from None
+    raise ValueError(
+        f"--steps: {value!r} is not a checkpoint step (--steps=500,1000,...)") from None
 
 
 def _member_index(value: str) -> int:
   try:
     return int(value)
   except ValueError:
-    raise app.UsageError(f"--member={value!r}: an index (0, 1, ...) or 'all'") from None
+    raise ValueError(f"--member={value!r}: an index (0, 1, ...) or 'all'") from None
 
 
 def run():
-  """The command: machine set-up, then flags, then `main`; a ValueError is one line, status 2."""
+  """The command: machine set-up, then flags, then `main`; a bad flag or a
+  ValueError (a bad split, member or workdir) is one line on stderr, status 2."""
   machine.use_tuned_allocator()  # before JAX starts: see bifocal_jax/machine.py
   machine.use_compilation_cache()  # evaluations of like models share compiled steps
   if __name__ != "__main__":  # `python eval.py`, `bifocal-eval`: this module's flags in --help
     cli.use_in_help(__doc__, [f.name for f in flags.FLAGS.get_flags_for_module(__name__)])
   try:
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser())
   except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    cli.fail(str(e))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ and the command around it.
 `bifocal_jax.configs`) or a config file (`configs/dyck.py:tiny`). Any config
 key can be overridden as `--config.KEY=VALUE`. Re-running the same command on
 the same DIR resumes from its latest checkpoint. Outputs in DIR: `config.json`,
-`metrics.jsonl`, `tensorboard/`, `checkpoints/`; the run's last line says
-where it wrote.
+`metrics.jsonl`, `tensorboard/`, `checkpoints/`; the run ends with a summary
+(final loss and validation scores, where it wrote, the command evaluating it).
 
 Multi-process: on TPU pods `jax.distributed.initialize()` finds its peers; on
 other clusters (and for tests on CPU) pass `--coordinator_address`,
@@ -32,6 +32,7 @@ if __name__ == "__main__":  # `python -m bifocal_jax.train`: set up the machine 
 
 import functools
 import os
+import shlex
 import sys
 import time
 import traceback
@@ -74,7 +75,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, overw
   Returns the last logged metrics with `step`, plus `preempted_at` when a
   signal stopped the run (after saving it). Raises `config.ConfigError` or
   `workdir.WorkdirConflictError` before anything is written.
+
+  Process 0 prints a line when it starts, one per logged step (or a progress
+  bar on a terminal), and at the end a summary: the final loss and
+  validation scores, the time taken, where the outputs are and the command
+  that evaluates them. A run already at `config.steps` says so in one line
+  and returns its last logged metrics, building and compiling nothing.
   """
+  started = time.perf_counter()
   config_lib.validate(config, num_devices=jax.device_count(), num_processes=jax.process_count(),
                       workdir=workdir)
   task = tasks.get_task(config.task)
@@ -87,13 +95,63 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, overw
                                      keep=config.keep_checkpoints,
                                      async_save=config.async_checkpointing)
   with jax.set_mesh(mesh), ckpt:
+    done = loop.finished_step(config, ckpt)
+    if done is not None:
+      return _already_finished(config, workdir, done)
+    if jax.process_index() == 0:
+      print(
+          f"training {workdir}: task {task.name}, position {config.position.kind}, "
+          f"{config.steps} steps of batch {config.batch_size}", flush=True)
     if population.is_population(config):
-      return _train_population(config, workdir, task, mesh, ckpt, hooks)
-    return _train(config, workdir, task, mesh, ckpt, source, hooks)
+      summary, has_spectral = _train_population(config, workdir, task, mesh, ckpt, hooks)
+    else:
+      summary, has_spectral = _train(config, workdir, task, mesh, ckpt, source, hooks)
+  if jax.process_index() == 0 and "preempted_at" not in summary:
+    print(
+        _summary(config, workdir, summary,
+                 time.perf_counter() - started, has_spectral=has_spectral), flush=True)
+  return summary
 
 
-def _train(config, workdir, task, mesh, ckpt, source, hooks) -> dict:
-  """A single run: `loop.run` over the train state of `state.setup`."""
+def eval_command(config, workdir: str) -> str:
+  """The command that evaluates the run in `workdir` (each member of a population)."""
+  command = f"python -m bifocal_jax.eval --workdir {shlex.quote(workdir)}"
+  return command + (" --member all" if population.is_population(config) else "")
+
+
+def _already_finished(config, workdir: str, step: int) -> dict:
+  if jax.process_index() == 0:
+    print(
+        f"{workdir} already finished: it holds step {step} of {config.steps}, nothing to "
+        f"train; evaluate it with: {eval_command(config, workdir)}", flush=True)
+  records = metrics_lib.read_metrics(workdir)
+  return dict(records[-1] if records else {}, step=step)
+
+
+def _summary(config, workdir: str, record: dict, seconds: float, *, has_spectral: bool) -> str:
+  """The end of a run, for its user: what it reached, where it wrote, what to run next."""
+  step = record["step"]
+  scores = loop.valid_scores(record)
+  if population.is_population(config):
+    scores = "each member's in members/<i>/metrics.jsonl"
+  lines = [
+      f"trained to step {step} in {seconds:.0f} s: final loss {record['loss']:.4f}" +
+      (f"; valid {scores}" if scores else ""),
+      f"  checkpoints  {checkpoint_lib.checkpoint_dir(workdir)}",
+      f"  metrics      {os.path.join(workdir, workdir_lib.METRICS_FILE)} (and "
+      f"{os.path.join(workdir, 'tensorboard')})",
+      "  trajectory   " +
+      (f"in each checkpoint: bifocal_jax.analysis.load_trajectory({workdir!r}); eval --spectrum "
+       "plots it" if has_spectral else f"none (position {config.position.kind} learns no "
+       "frequencies)"),
+      f"next: {eval_command(config, workdir)}",
+  ]
+  return "\n".join(lines)
+
+
+def _train(config, workdir, task, mesh, ckpt, source, hooks) -> tuple[dict, bool]:
+  """A single run: `loop.run` over the train state of `state.setup`; `(its
+  summary, whether the model has spectral frequencies)`."""
   s, state, start, data_iter, window = loop.restore_or_init(config, workdir, task, mesh, ckpt,
                                                             source)
   is_main = jax.process_index() == 0
@@ -123,7 +181,7 @@ def _train(config, workdir, task, mesh, ckpt, source, hooks) -> dict:
                                    peak_flops=config.peak_flops), log=log,
       save=functools.partial(loop.save, ckpt, config,
                              data_iter), close=writer.close, is_main=is_main)
-  return loop.run(config, workdir, ckpt, job, state, start, window, hooks)
+  return loop.run(config, workdir, ckpt, job, state, start, window, hooks), s.has_spectral
 
 
 def _precompile(config, task, s, train_step, evaluator, state):
@@ -164,7 +222,7 @@ def _evaluate_valid(evaluator: evaluator_lib.Evaluator, state, config) -> dict:
 # ----------------------------------------------------------------------------
 
 
-def _train_population(config, workdir, task, mesh, ckpt, hooks) -> dict:
+def _train_population(config, workdir, task, mesh, ckpt, hooks) -> tuple[dict, bool]:
   """`loop.run` over a population's stacked state: per-member logs
   (`_MemberLogs`); a member gone non-finite is frozen and reported while the
   others train on. One process (validated)."""
@@ -184,7 +242,7 @@ def _train_population(config, workdir, task, mesh, ckpt, hooks) -> dict:
       meter=metrics_lib.Throughput(flops_per_token=loop.flops_per_token(config, task),
                                    peak_flops=config.peak_flops), log=logs.write,
       save=functools.partial(loop.save_population, ckpt, config), close=close)
-  return loop.run(config, workdir, ckpt, job, state, start, window, hooks)
+  return (loop.run(config, workdir, ckpt, job, state, start, window, hooks), pop.setup.has_spectral)
 
 
 class _MemberLogs:
@@ -258,20 +316,26 @@ class _MemberLogs:
 # notebook or a test may import this module beside other absl programs.
 # ----------------------------------------------------------------------------
 
-_CONFIG = _WORKDIR = _OVERWRITE = None
+_CONFIG = _WORKDIR = _OVERWRITE = _PRINT_CONFIG = None
 _COORDINATOR = _NUM_PROCESSES = _PROCESS_ID = _HEARTBEAT = None
 
 
 def define_flags() -> None:
   """The command's flags (once per process)."""
-  global _CONFIG, _WORKDIR, _OVERWRITE, _COORDINATOR, _NUM_PROCESSES, _PROCESS_ID, _HEARTBEAT
+  global _CONFIG, _WORKDIR, _OVERWRITE, _PRINT_CONFIG
+  global _COORDINATOR, _NUM_PROCESSES, _PROCESS_ID, _HEARTBEAT
   if _CONFIG is not None:
     return
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
   _CONFIG = config_flags.DEFINE_config_file(
       "config", None, "Training config: a config of the package (dyck, dyck:tiny) or a file.",
       lock_config=True)
-  _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics).")
+  _WORKDIR = flags.DEFINE_string(
+      "workdir", None, "Run directory (checkpoints, metrics); required "
+      "unless --print_config.")
+  _PRINT_CONFIG = flags.DEFINE_bool(
+      "print_config", False, "Print the resolved config (overrides applied) and exit: nothing "
+      "trained or written.")
   _OVERWRITE = flags.DEFINE_bool("overwrite", False,
                                  "Replace a run with a different config in --workdir.")
   _COORDINATOR = flags.DEFINE_string(
@@ -280,7 +344,7 @@ def define_flags() -> None:
   _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
   _HEARTBEAT = flags.DEFINE_integer(
       "heartbeat_timeout", 30, "Seconds without a peer's heartbeat before a process gives up.")
-  flags.mark_flags_as_required(["config", "workdir"])
+  flags.mark_flags_as_required(["config"])  # --workdir: checked in `main` (not for --print_config)
 
 
 def initialize_distributed() -> None:
@@ -320,7 +384,14 @@ def run_training(config, workdir: str, *, overwrite: bool = False, hooks=()) -> 
 
 def main(argv, hooks: Sequence[Hook] = ()):
   """`hooks`: `loop.Hook`s (tests inject them; see tests/train_with_signal.py)."""
-  del argv
+  if len(argv) > 1:
+    cli.fail(f"unexpected arguments {argv[1:]} (config keys are set as --config.KEY=VALUE)")
+  if _PRINT_CONFIG.value:
+    print(_CONFIG.value, end="")
+    sys.exit(0)
+  if not _WORKDIR.value:
+    cli.fail("--workdir is required: the run's directory (re-running on it resumes); "
+             "--print_config shows the config without one")
   sys.exit(run_training(_CONFIG.value, _WORKDIR.value, overwrite=_OVERWRITE.value, hooks=hooks))
 
 
@@ -332,15 +403,28 @@ USAGE = """Trains a model; re-running the same command resumes from DIR's latest
   python -m bifocal_jax.train --config dyck:tiny --workdir /tmp/dyck_tiny
   python -m bifocal_jax.train --config dyck --config.position.kind=rope --config.steps=500 --workdir runs/rope
 
+  python -m bifocal_jax.train --config dyck:tiny --config.steps=60 --print_config
+
 CONFIG: a config of the package, NAME or NAME:VARIANT (variants: tiny for tests,
 paper for an accelerator), or a config file (configs/dyck.py:tiny). Any key of it
-is overridden as --config.KEY=VALUE. The configs of the package (what each
-trains: `python -m bifocal_jax.tasks`):
+is overridden as --config.KEY=VALUE; --print_config prints the result and exits.
+The configs of the package (each with its variants and what it trains:
+`python -m bifocal_jax.configs`):
 {configs}
 
 --config.position.kind, the position scheme (a+b: two kinds, half the heads each):
 {kinds}
-DIR gets config.json, metrics.jsonl, tensorboard/ and checkpoints/.
+DIR gets config.json, metrics.jsonl, tensorboard/ and checkpoints/ (with the
+frequency trajectory); the run ends with a summary and the command that evaluates it.
+
+Data: training draws its examples from the task's generator. The published Dyck
+files that `python -m bifocal_jax.eval --dyck_file` scores on live in the data
+directory: eval's --data_dir, else $BIFOCAL_DATA_DIR, else the user's cache
+(`python -m bifocal_jax.tasks.external fetch` downloads them there).
+
+Several processes (off TPU pods, where they are found by themselves): the same
+command in each with --coordinator_address=HOST:PORT --num_processes=N
+--process_id=I (and --heartbeat_timeout); see the module docstring.
 """
 
 
@@ -352,8 +436,8 @@ def run(hooks: Sequence[Hook] = ()):
   cli.use_in_help(
       USAGE.format(configs=cli.wrapped(", ".join(cli.CONFIG_NAMES)),
                    kinds=cli.wrapped(", ".join(positions.POSITION_KINDS))),
-      ("config", "workdir", "overwrite", "coordinator_address", "num_processes", "process_id",
-       "heartbeat_timeout"))
+      ("config", "workdir", "print_config", "overwrite", "coordinator_address", "num_processes",
+       "process_id", "heartbeat_timeout"))
   app.run(lambda argv: main(argv, hooks=hooks), flags_parser=cli.flags_parser(_CONFIG))
 
 

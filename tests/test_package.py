@@ -65,12 +65,13 @@ def test_the_installed_commands_train_evaluate_and_list_tasks(installed, compila
   train = _run([str(venv / "bin" / "bifocal-train"), "--config", "dyck:tiny", "--workdir", "run"],
                cwd=elsewhere, env=env)
   assert train.stdout.splitlines()[-1] == (
-      f"trained to step 30: wrote {elsewhere / 'run'} (metrics.jsonl, checkpoints/)")
+      f"next: python -m bifocal_jax.eval --workdir {elsewhere / 'run'}")
   # `python -m bifocal_jax.train` is the same command (here stopped by its flag check).
   bad = subprocess.run([str(python), "-m", "bifocal_jax.train", "--config=dyk", "--workdir=run"],
                        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
   assert bad.returncode == 2 and bad.stderr.startswith(
-      "error: --config=dyk: no such file, nor a config of the package (one of "), bad.stderr
+      "error: --config=dyk: no such file, nor a config of the package (did you mean dyck?)"
+  ), bad.stderr
   evaluated = _run([str(venv / "bin" / "bifocal-eval"), "--workdir=run", "--num_examples=8"],
                    cwd=elsewhere, env=env)
   assert evaluated.stdout.splitlines()[-1] == f"wrote {elsewhere / 'run' / 'eval' / 'results.json'}"
@@ -81,4 +82,9 @@ def test_the_installed_commands_train_evaluate_and_list_tasks(installed, compila
   listed = _run([str(python), "-m", "bifocal_jax.tasks", "--config", "odds_first:tiny",
                  "--split=test_length", "--num=3", "--format=che"], cwd=elsewhere, env=env)
   assert len(listed.stdout.splitlines()) == 3 and listed.stdout.startswith('{"length":')
+  configs = _run([str(python), "-m", "bifocal_jax.configs"], cwd=elsewhere, env=env)
+  assert "  dyck  (variants: tiny, paper)" in configs.stdout.splitlines()
+  lora = subprocess.run([str(python), "-m", "bifocal_jax.surgery.tunix_lora", "--help"],
+                        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+  assert lora.returncode == 1 and "--family" in lora.stdout, lora.stderr  # absl's --help status
   assert sorted(os.listdir(elsewhere)) == ["run"]  # nothing else written where it ran

@@ -8,6 +8,9 @@ import ml_collections
 
 from bifocal_jax.training import config as config_lib
 
+# The `:VARIANT`s `get_config` accepts (each task's module re-exports it for `bifocal_jax.cli`).
+VARIANTS = ("tiny", "paper")
+
 
 def get_config(task_name: str, arg: str | None = None) -> ml_collections.ConfigDict:
   """The config of `<task_name>.py` for a Chomsky-hierarchy task.
@@ -48,5 +51,5 @@ def get_config(task_name: str, arg: str | None = None) -> ml_collections.ConfigD
     c.checkpoint_every = 5000
     c.eval_every = 5000
   elif arg not in (None, ""):
-    raise ValueError(f"config {task_name!r}: unknown variant {arg!r} (use tiny or paper)")
+    raise ValueError(f"config {task_name!r}: unknown variant {arg!r} (use {' or '.join(VARIANTS)})")
   return c

@@ -19,6 +19,9 @@ calibration runs behind this: docs/performance.md.
 
 from bifocal_jax.training import config as config_lib
 
+# The `:VARIANT`s `get_config` accepts (`listops_depth`'s; `listops` has no `minmax`).
+VARIANTS = ("tiny", "paper", "minmax")
+
 
 def get_config(task_name: str, arg=None):
   """Variants: default (CPU-sized), `tiny` (tests: seconds), `paper` (the
@@ -57,5 +60,5 @@ def get_config(task_name: str, arg=None):
     c.task.operators = ("MIN", "MAX")
     c.steps = 8000
   elif arg not in (None, ""):
-    raise ValueError(f"config {task_name!r}: unknown variant {arg!r} (use tiny, paper or minmax)")
+    raise ValueError(f"config {task_name!r}: unknown variant {arg!r} (use {', '.join(VARIANTS)})")
   return c

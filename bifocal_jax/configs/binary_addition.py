@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `binary_addition` (context-sensitive; Deletang et al.,
-ICLR 2023), as their code defines it: the sum of two little-endian binary
-numbers, then END. See `bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `binary_addition`: the sum of two binary numbers.
+
+Context-sensitive; Deletang et al., ICLR 2023, as their code defines it: the sum of two
+little-endian binary numbers, then END. See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config binary_addition --workdir runs/binary_addition
   python -m bifocal_jax.train --config binary_addition:tiny --workdir /tmp/binary_addition_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `binary_multiplication` (context-sensitive; Deletang et
-al., ICLR 2023), as their code defines it: the product of two little-endian
-binary numbers, then END. See `bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `binary_multiplication`: two binary numbers multiplied.
+
+Context-sensitive; Deletang et al., ICLR 2023, as their code defines it: the product of
+two little-endian binary numbers, then END. See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config binary_multiplication --workdir runs/binary_multiplication
   python -m bifocal_jax.train --config binary_multiplication:tiny --workdir /tmp/binary_multiplication_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `bucket_sort` (context-sensitive; Deletang et al., ICLR
-2023), as their code defines it: a string over 0..4, sorted. See
-`bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `bucket_sort`: a string over 0..4, sorted.
+
+Context-sensitive; Deletang et al., ICLR 2023, as their code defines it: a string over
+0..4, sorted. See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config bucket_sort --workdir runs/bucket_sort
   python -m bifocal_jax.train --config bucket_sort:tiny --workdir /tmp/bucket_sort_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

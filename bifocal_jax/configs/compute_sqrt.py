@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `compute_sqrt` (context-sensitive; Deletang et al.,
-ICLR 2023), as their code defines it: the floor of the square root of a binary
-number. See `bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `compute_sqrt`: a binary number's integer square root.
+
+Context-sensitive; Deletang et al., ICLR 2023, as their code defines it: the floor of the
+square root of a binary number. See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config compute_sqrt --workdir runs/compute_sqrt
   python -m bifocal_jax.train --config compute_sqrt:tiny --workdir /tmp/compute_sqrt_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `cycle_navigation` (regular; Deletang et al., ICLR
-2023), as their code defines it: the final state of moves on a 5-cycle. See
-`bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `cycle_navigation`: the final state of moves on a 5-cycle.
+
+Regular; Deletang et al., ICLR 2023, as their code defines it: the final state of moves on
+a 5-cycle. See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config cycle_navigation --workdir runs/cycle_navigation
   python -m bifocal_jax.train --config cycle_navigation:tiny --workdir /tmp/cycle_navigation_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `duplicate_string` (context-sensitive; Deletang et al.,
-ICLR 2023), as their code defines it: a bit string written twice. See
-`bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `duplicate_string`: a bit string written twice.
+
+Context-sensitive; Deletang et al., ICLR 2023, as their code defines it: a bit string
+written twice. See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config duplicate_string --workdir runs/duplicate_string
   python -m bifocal_jax.train --config duplicate_string:tiny --workdir /tmp/duplicate_string_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

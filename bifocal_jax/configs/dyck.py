@@ -17,6 +17,9 @@ Variants (`:arg`): default (the `make demo` run, sized for a CPU; its time: docs
 
 from bifocal_jax.training import config as config_lib
 
+# The `:VARIANT`s `get_config` accepts (read by `bifocal_jax.cli`, which lists them).
+VARIANTS = ("tiny", "paper")
+
 
 def get_config(arg=None):
   c = config_lib.base_config("dyck")
@@ -67,5 +70,5 @@ def get_config(arg=None):
     c.eval_every = 2000
     c.model.dtype = "bfloat16"
   elif arg not in (None, ""):
-    raise ValueError(f"config 'dyck': unknown variant {arg!r} (use tiny or paper)")
+    raise ValueError(f"config 'dyck': unknown variant {arg!r} (use {' or '.join(VARIANTS)})")
   return c

@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `even_pairs` (regular; Deletang et al., ICLR 2023), as
-their code defines it: whether a bit string has an odd number of `01`/`10`
-pairs. See `bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `even_pairs`: the parity of a bit string's 01/10 pairs.
+
+Regular; Deletang et al., ICLR 2023, as their code defines it: whether a bit string has an
+odd number of `01`/`10` pairs. See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config even_pairs --workdir runs/even_pairs
   python -m bifocal_jax.train --config even_pairs:tiny --workdir /tmp/even_pairs_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

@@ -1,4 +1,6 @@
-r"""`listops`: the published ListOps task (Nangia and Bowman 2018) as the Long
+r"""ListOps as the Long Range Arena generates it: an expression's value, at its last token.
+
+The published ListOps task (Nangia and Bowman 2018) as the Long
 Range Arena generates it, the value of the whole expression (a digit) scored at
 its last token, at CPU sizes: depth <= `task.d_train` (3), lengths 4..100
 (LRA's own: depth <= 9, lengths 501..1999); `test_length` longer (101..300),
@@ -14,6 +16,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _listops
+
+VARIANTS = ("tiny", "paper")
 
 
 def get_config(arg=None):

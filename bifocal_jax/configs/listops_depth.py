@@ -1,4 +1,6 @@
-r"""`listops_depth`: OUR variant of ListOps, not a task of the Long Range Arena:
+r"""OUR ListOps variant: the value of every list at its closing bracket (not an LRA task).
+
+Not a task of the Long Range Arena:
 LRA's expressions (`[MAX 2 9 [MIN 4 7 ] 0 ]`), and at every `]` the value of
 the list it closes (scored; `.` elsewhere), so that intermediate results count
 and only depth tracking gets them right. Trains at depth <= `task.d_train` (3),
@@ -19,6 +21,8 @@ only, 8,000 steps: what the 2-layer model learns; the converged sweep's). See `_
 """
 
 from bifocal_jax.configs import _listops
+
+VARIANTS = _listops.VARIANTS
 
 
 def get_config(arg=None):

@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `missing_duplicate_string` (context-sensitive; Deletang
-et al., ICLR 2023), as their code defines it: the bit hidden in a bit string
-written twice. See `bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `missing_duplicate_string`: a doubled string's hidden bit.
+
+Context-sensitive; Deletang et al., ICLR 2023, as their code defines it: the bit hidden in
+a bit string written twice. See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config missing_duplicate_string --workdir runs/missing_duplicate_string
   python -m bifocal_jax.train --config missing_duplicate_string:tiny --workdir /tmp/missing_duplicate_string_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `modular_arithmetic` (regular; Deletang et al., ICLR
-2023), as their code defines it: the value mod 5 of `d op d op ... d` (`+ -
-*`, no brackets). See `bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `modular_arithmetic`: an unbracketed expression's value mod 5.
+
+Regular; Deletang et al., ICLR 2023, as their code defines it: the value mod 5 of `d op d
+op ... d` (`+ - *`, no brackets). See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config modular_arithmetic --workdir runs/modular_arithmetic
   python -m bifocal_jax.train --config modular_arithmetic:tiny --workdir /tmp/modular_arithmetic_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `modular_arithmetic_brackets` (deterministic context-
-free; Deletang et al., ICLR 2023), as their code defines it: the value mod 5
-of a fully bracketed expression (`+ - *`). See `bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `modular_arithmetic_brackets`: a bracketed expression's value mod 5.
+
+Deterministic context-free; Deletang et al., ICLR 2023, as their code defines it: the
+value mod 5 of a fully bracketed expression (`+ - *`). See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config modular_arithmetic_brackets --workdir runs/modular_arithmetic_brackets
   python -m bifocal_jax.train --config modular_arithmetic_brackets:tiny --workdir /tmp/modular_arithmetic_brackets_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

@@ -1,5 +1,6 @@
-r"""`modular_arithmetic_brackets_depth`: OUR depth-controlled variant of the Chomsky-hierarchy task
-`modular_arithmetic_brackets`, not a task of Deletang et al. 2023: expressions
+r"""OUR depth-controlled `modular_arithmetic_brackets`: bracketed expressions mod 5.
+
+A variant of the Chomsky-hierarchy task `modular_arithmetic_brackets`, not a task of Deletang et al. 2023: expressions
 mod 5 with operator precedence and optional brackets, whose nesting depth is
 drawn first; training depth <= `task.d_train` (3), `test_length` longer
 (41..500) at training depths, `test_depth` deeper (4..6) at training lengths.
@@ -15,6 +16,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

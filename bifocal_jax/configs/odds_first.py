@@ -1,6 +1,8 @@
-r"""Chomsky-hierarchy task `odds_first` (context-sensitive; Deletang et al., ICLR
-2023), as their code defines it: a bit string's bits at positions 2, 4, 6 ..
-(1-based), then those at 1, 3, 5 .. See `bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `odds_first`: a bit string's even positions, then its odd ones.
+
+Context-sensitive; Deletang et al., ICLR 2023, as their code defines it: a bit string's
+bits at positions 2, 4, 6 .. (1-based), then those at 1, 3, 5 .. See
+`bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config odds_first --workdir runs/odds_first
   python -m bifocal_jax.train --config odds_first:tiny --workdir /tmp/odds_first_tiny
@@ -12,6 +14,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `parity_check` (regular; Deletang et al., ICLR 2023),
-as their code defines it: the parity of the ones in a bit string. See
-`bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `parity_check`: the parity of the ones in a bit string.
+
+Regular; Deletang et al., ICLR 2023, as their code defines it: the parity of the ones in a
+bit string. See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config parity_check --workdir runs/parity_check
   python -m bifocal_jax.train --config parity_check:tiny --workdir /tmp/parity_check_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

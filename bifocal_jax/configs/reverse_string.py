@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `reverse_string` (deterministic context-free; Deletang
-et al., ICLR 2023), as their code defines it: a bit string reversed. See
-`bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `reverse_string`: a bit string reversed.
+
+Deterministic context-free; Deletang et al., ICLR 2023, as their code defines it: a bit
+string reversed. See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config reverse_string --workdir runs/reverse_string
   python -m bifocal_jax.train --config reverse_string:tiny --workdir /tmp/reverse_string_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

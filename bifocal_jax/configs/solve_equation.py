@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `solve_equation` (deterministic context-free; Deletang
-et al., ICLR 2023), as their code defines it: the digit `x` stands for in a
-bracketed equation mod 5. See `bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `solve_equation`: the unknown of a bracketed equation mod 5.
+
+Deterministic context-free; Deletang et al., ICLR 2023, as their code defines it: the
+digit `x` stands for in a bracketed equation mod 5. See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config solve_equation --workdir runs/solve_equation
   python -m bifocal_jax.train --config solve_equation:tiny --workdir /tmp/solve_equation_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

@@ -1,6 +1,7 @@
-r"""Chomsky-hierarchy task `stack_manipulation` (deterministic context-free;
-Deletang et al., ICLR 2023), as their code defines it: the stack after
-POP/PUSH actions, top first, then END. See `bifocal_jax.tasks.chomsky`.
+r"""Chomsky-hierarchy `stack_manipulation`: the stack after POP/PUSH actions.
+
+Deterministic context-free; Deletang et al., ICLR 2023, as their code defines it: the
+stack after POP/PUSH actions, top first, then END. See `bifocal_jax.tasks.chomsky`.
 
   python -m bifocal_jax.train --config stack_manipulation --workdir runs/stack_manipulation
   python -m bifocal_jax.train --config stack_manipulation:tiny --workdir /tmp/stack_manipulation_tiny
@@ -12,6 +13,8 @@ Variants: default (CPU-sized), `tiny` (tests), `paper` (5 layers, width 64,
 """
 
 from bifocal_jax.configs import _chomsky
+
+VARIANTS = _chomsky.VARIANTS
 
 
 def get_config(arg=None):

@@ -133,7 +133,8 @@ def load_run(workdir: str, *, step: int | None = None, member: int | None = None
       raise ValueError(f"member={member}: {frozen[member]}")
     return runs[0]
   if member is not None:
-    raise ValueError(f"member={member}: workdir={workdir!r} holds a single run, not a population")
+    raise ValueError(f"member={member}: workdir={workdir!r} holds a single run, not a "
+                     "population: evaluate it without naming a member")
   with jax.set_mesh(mesh):
     s, _ = state_lib.setup(config, mesh)
   step, state = _restore(workdir, step, s.abstract_state, mesh)
@@ -149,7 +150,8 @@ def load_members(workdir: str, *, step: int | None = None, members: Sequence[int
   went non-finite are not returned but listed in `frozen` ({index: why})."""
   workdir, config, mesh = _run_config(workdir)
   if not config_lib.is_population(config):
-    raise ValueError(f"workdir={workdir!r} holds a single run, not a population")
+    raise ValueError(f"workdir={workdir!r} holds a single run, not a population: evaluate it "
+                     "without naming a member")
   all_members = population_lib.members(config)
   members = range(len(all_members)) if members is None else members
   for i in members:
@@ -190,7 +192,8 @@ def _restore(workdir: str, step: int | None, abstract_state, mesh):
   with checkpoint_lib.Checkpointer.read_only(workdir) as ckpt:
     steps_saved = ckpt.steps()
     if not steps_saved:
-      raise ValueError(f"workdir={workdir!r}: no checkpoint in {ckpt.directory}")
+      raise ValueError(f"workdir={workdir!r}: no checkpoint in {ckpt.directory} yet; re-run "
+                       "its training command to train (and save) it")
     if step is not None and step not in steps_saved:
       raise ValueError(f"step={step}: no checkpoint at that step in {workdir} "
                        f"(steps {steps_saved})")
@@ -327,7 +330,19 @@ def evaluate(workdir: str | Run, *, step: int | None = None, member: int | None 
   atomic_files.write_json_atomically(out, results, indent=1, sort_keys=False, allow_nan=False)
   log(eval_report.format_results(results))
   log(f"wrote {out}")
+  for path in _plots_written(results, che=bool(che), spectrum=spectrum, probe=probe):
+    log(f"wrote {path}")
   return results
+
+
+def _plots_written(results: dict, *, che: bool, spectrum: bool, probe: bool) -> list[str]:
+  """The paths of the plots this evaluation wrote (results merged from an
+  earlier one may name others)."""
+  paths = [results["splits"][CHE_RESULTS]["plot"]] if che else []
+  for name, wanted in (("spectrum", spectrum), ("probe", probe)):
+    if wanted:
+      paths += results[name].get("plots", {}).values()
+  return paths
 
 
 def _previous_results(run: Run, out: str) -> dict:

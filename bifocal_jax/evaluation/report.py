@@ -53,24 +53,46 @@ def _fmt_ci(v, ci) -> str:
   return f"{v:.3f}+-{(ci[1] - ci[0]) / 2:.3f}"
 
 
+# The table's columns: (results key, column name, what the legend says it is).
+# Dyck's headline metric, Yao et al.'s closing-bracket accuracy, comes first
+# wherever a split has it; the benchmark's CHE score last.
+COLUMNS = (
+    ("close_accuracy", "close", "closing-bracket accuracy (Yao et al. 2021): positions where "
+     "p(right close) / p(any close) > 0.8"),
+    ("close_sequence_accuracy", "close_seq", "strings with every such position right"),
+    ("token_accuracy", "token", "token accuracy over scored tokens (argmax of the task's outputs)"),
+    ("sequence_accuracy", "seq", "strings with every scored token right"),
+    ("che_score", "che", "CHE score (Deletang et al. 2023): mean of per-length token accuracy"),
+)
+
+
+def columns(splits: dict[str, dict]) -> tuple[tuple[str, str, str], ...]:
+  """The `COLUMNS` some split of `splits` has (a task without closing brackets has no `close`)."""
+  return tuple(c for c in COLUMNS if any(r.get(c[0]) is not None for r in splits.values()))
+
+
 def format_results(results: dict) -> str:
-  """The results as text tables: per split, by depth, and by length (octaves)."""
+  """The results as text tables: per split (with a legend naming each
+  column), by depth, and by length (octaves)."""
   lines = [
       f"{results['workdir']}  step {results['step']}  task {results['task']}  "
-      f"position {results['position_kind']}  CHE {format_value(results['che_score'])}"
+      f"position {results['position_kind']}"
   ]
   splits = results["splits"]
   if not splits:
     return lines[0]
   width = max(12, *(len(n) for n in splits))
-  metrics = ("token_accuracy", "sequence_accuracy", "close_accuracy", "close_sequence_accuracy",
-             "che_score")
+  shown = columns(splits)
   lines.append(f"{'split':<{width}} {'examples':>8} " +
-               " ".join(f"{name:>11}" for name in ("token", "seq", "close", "close_seq", "che")))
+               " ".join(f"{name:>11}" for _, name, _ in shown))
   for name, r in splits.items():
-    cells = [_fmt_ci(r.get(m), r.get("ci95", {}).get(m)) for m in metrics]
+    cells = [_fmt_ci(r.get(m), r.get("ci95", {}).get(m)) for m, _, _ in shown]
     lines.append(f"{name:<{width}} {r['examples']:>8} " + " ".join(f"{c:>11}" for c in cells))
-  lines.append("(accuracy +- half the width of its 95% bootstrap interval over examples)")
+  lines.append("each: accuracy +- half the width of its 95% bootstrap interval (over examples)")
+  lines += [f"  {name:<9} {legend}" for _, name, legend in shown]
+  if results.get("che_score") is not None:
+    lines.append(f"the run's CHE score (the benchmark's, from {_che_source(splits)}): "
+                 f"{_fmt_ci(results['che_score'], results.get('che_ci95'))}")
   for field, title in (("by_depth", "token accuracy by depth"), ("by_length",
                                                                  "token accuracy by length")):
     lines.append(title + ":")
@@ -82,6 +104,11 @@ def format_results(results: dict) -> str:
         cells = [f"{lo}-{hi - 1}:{a:.2f}" for lo, hi, a in binned(counts, _octaves(counts))]
       lines.append(f"  {name:<{width}} " + " ".join(cells))
   return "\n".join(lines)
+
+
+def _che_source(splits: dict[str, dict]) -> str:
+  """Which split the run's CHE score is (`evaluate.che_score`'s choice)."""
+  return "the CHE protocol" if "che" in splits else "test_length"
 
 
 def plot_che_curve(che_results: dict, path: str) -> str:

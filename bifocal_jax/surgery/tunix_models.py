@@ -74,6 +74,11 @@ def import_model(family: str) -> types.ModuleType:
   return import_tunix(name)
 
 
+# The install command of what `import_tunix`'s callers need (pyproject.toml's
+# `tunix` extra: tunix's code at the tested version, qwix and metrax).
+INSTALL = "pip install 'bifocal-jax[tunix]'"
+
+
 def import_tunix(name: str) -> types.ModuleType:
   """The tunix module `name` (`tunix.sft.peft_trainer`, ...), without tunix's whole stack.
 
@@ -87,8 +92,7 @@ def import_tunix(name: str) -> types.ModuleType:
   if "tunix" not in sys.modules:
     spec = importlib.util.find_spec("tunix")
     if spec is None:
-      raise ImportError("tunix is not installed: see docs/getting_started.md, 'The tested "
-                        "versions', for the install line")
+      raise ImportError(f"tunix is not installed: {INSTALL}")
     try:
       importlib.import_module("tunix")
     except ImportError:
@@ -97,7 +101,11 @@ def import_tunix(name: str) -> types.ModuleType:
       package.__spec__ = spec
       package.__file__ = spec.origin
       sys.modules["tunix"] = package
-  return importlib.import_module(name)
+  try:
+    return importlib.import_module(name)
+  except ModuleNotFoundError as e:  # tunix itself, or a package its module needs
+    raise ImportError(f"{name} needs {e.name or 'tunix'}, which is not installed: "
+                      f"{INSTALL}") from e
 
 
 # ----------------------------------------------------------------------------

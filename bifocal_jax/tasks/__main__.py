@@ -1,5 +1,6 @@
 r"""Prints examples of a task's split: input tokens, a tab, target tokens.
-With no arguments: the configs of the package and what each trains.
+With no arguments: the configs of the package and what each trains (as
+`python -m bifocal_jax.configs` lists them).
 
   python -m bifocal_jax.tasks
   python -m bifocal_jax.tasks --config dyck --split test_depth --num 5
@@ -44,8 +45,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if _CONFIG.value is None:
-    print("The configs of the package (--config NAME, or NAME:tiny, NAME:paper):")
-    print(cli.configs_help())
+    print(cli.configs_listing())
     return
   task = tasks.get_task(_CONFIG.value.task)
   spec = task.split(_SPLIT.value)

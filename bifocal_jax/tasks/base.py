@@ -238,7 +238,8 @@ class Task(abc.ABC):
 
   def split(self, name: str) -> Split:
     if name not in self._splits:
-      raise ValueError(f"split={name!r}: task {self.name} has splits {self.split_names}")
+      raise ValueError(f"split={name!r}: task {self.name} has no such split (its splits: "
+                       f"{', '.join(self.split_names)})")
     return self._splits[name]
 
   def key(self, split: str, stream: str) -> int:

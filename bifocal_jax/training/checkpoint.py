@@ -18,6 +18,7 @@ short by a crash leaves only a temporary directory, removed on the next start.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from typing import Any
@@ -29,6 +30,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
+from bifocal_jax import cli
 from bifocal_jax.training import sharding as sharding_lib
 
 
@@ -90,14 +92,19 @@ class Checkpointer:
 
   def __init__(self, workdir: str, *, save_every: int, keep: int, async_save: bool = True,
                read_only: bool = False):
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=save_every,
+    # A reader's options are those Orbax would force (each forced one is a
+    # warning in the user's output).
+    options = ocp.CheckpointManagerOptions(max_to_keep=None if read_only else keep,
+                                           save_interval_steps=0 if read_only else save_every,
                                            enable_async_checkpointing=async_save,
                                            create=not read_only, read_only=read_only,
                                            cleanup_tmp_directories=not read_only)
     self.read_only = read_only
     self.directory = checkpoint_dir(workdir)
     self.damaged_directory = os.path.join(os.path.dirname(self.directory), "damaged_checkpoints")
-    self.manager = ocp.CheckpointManager(self.directory, options=options)
+    with cli.library_warnings_hidden() if read_only else contextlib.nullcontext():
+      # (Orbax warns that a read-only manager's directory is read only.)
+      self.manager = ocp.CheckpointManager(self.directory, options=options)
 
   @classmethod
   def read_only(cls, workdir: str) -> Checkpointer:
@@ -135,6 +142,19 @@ class Checkpointer:
         step, args=ocp.args.Composite(state=ocp.args.StandardRestore(flatten(abstract_state)),
                                       meta=ocp.args.JsonRestore()))
     return unflatten(abstract_state, restored["state"]), dict(restored["meta"])
+
+  def is_intact(self, step: int) -> bool:
+    """Whether the checkpoint at `step` restores, read as it was saved (no
+    model built, nothing compiled): what a finished run checks before
+    declaring itself done without restoring onto its model."""
+    try:
+      self.manager.restore(
+          step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                        trajectory=ocp.args.StandardRestore(),
+                                        meta=ocp.args.JsonRestore()))
+    except Exception:  # pylint: disable=broad-except
+      return False  # `restore_latest` names the damage and falls back
+    return True
 
   def restore_latest(self, abstract_state) -> tuple[int, Any, dict] | None:
     """(step, state, meta) of the newest intact checkpoint; None if there is none."""

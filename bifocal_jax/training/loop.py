@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
@@ -109,6 +110,10 @@ def run(config, workdir: str, ckpt, job: Job, state, start: int, window: metrics
           job.meter.reset()
           if bar is not None:
             bar.set_postfix(loss=f"{summary['loss']:.4f}", tok_s=f"{summary['tokens_per_sec']:.0f}")
+            if evaluate:
+              bar.write(progress_line(step, config.steps, summary))
+          elif job.is_main:
+            print(progress_line(step, config.steps, summary), flush=True)
         if bar is not None:
           bar.update(1)
         if step % config.checkpoint_every == 0 and job.save(step, state, window):
@@ -128,10 +133,26 @@ def run(config, workdir: str, ckpt, job: Job, state, start: int, window: metrics
   if stop:
     _announce_preemption(stop, step, workdir, job.is_main)
     summary["preempted_at"] = step
-  elif job.is_main:  # whatever the progress bar: where the run went
-    print(f"trained to step {step}: wrote {workdir} (metrics.jsonl, checkpoints/)", flush=True)
   summary["step"] = step
   return summary
+
+
+# The validation scores a progress line and the run's summary show, in this
+# order (Dyck's closing-bracket accuracy first, as its results tables).
+VALID_SHOWN = (("valid_close_accuracy", "close"), ("valid_token_accuracy", "token"),
+               ("valid_sequence_accuracy", "seq"))
+
+
+def valid_scores(record: dict) -> str:
+  """`close 0.436, token 0.696, seq 0.161`: the validation scores of a logged record."""
+  return ", ".join(f"{name} {record[key]:.3f}" for key, name in VALID_SHOWN if key in record)
+
+
+def progress_line(step: int, total: int, record: dict) -> str:
+  """One logged step for the user: its loss, speed and (at evaluations) validation scores."""
+  line = f"step {step}/{total}: loss {record['loss']:.4f}, {record['tokens_per_sec']:,.0f} tokens/s"
+  scores = valid_scores(record)
+  return line + (f"; valid {scores}" if scores else "")
 
 
 def restore_or_init(config, workdir, task, mesh, ckpt, source):
@@ -149,9 +170,7 @@ def restore_or_init(config, workdir, task, mesh, ckpt, source):
   if meta.get("process_count") != jax.process_count() or not ckpt.restore_data(start, data_iter):
     # Iterator state is tied to the process layout: rebuild at the step instead.
     data_iter = data_iterator(config, task, start_step=start)
-  logging.info("resumed from step %d", start)
-  if jax.process_index() == 0:
-    print(f"resuming {workdir} from step {start}", flush=True)
+  _announce_resume(workdir, start)
   return s, state, start, data_iter, metrics_lib.MetricsWindow.from_json(meta.get("metrics_window"))
 
 
@@ -193,6 +212,24 @@ def save(ckpt, config, data_iter, step: int, state, window: metrics_lib.MetricsW
   return ckpt.save(step, state, data_iter, recorded, meta, force=force)
 
 
+def _announce_resume(workdir: str, start: int) -> None:
+  """Once per run: printed by process 0, logged by the others."""
+  if jax.process_index() == 0:
+    print(f"resuming {workdir} from step {start}", flush=True)
+  else:
+    logging.info("resuming %s from step %d", workdir, start)
+
+
+def finished_step(config, ckpt) -> int | None:
+  """The step of `ckpt`'s newest checkpoint when the run is already done (it
+  is at `config.steps` or past it, and intact); else None, and the run
+  resumes (or falls back past a damaged checkpoint) as usual."""
+  saved = ckpt.steps()
+  if saved and saved[-1] >= config.steps and ckpt.is_intact(saved[-1]):
+    return saved[-1]
+  return None
+
+
 def _announce_preemption(why: str, step: int, workdir: str, is_main: bool) -> None:
   message = (f"preempted ({why}): saved step {step} in {workdir}; re-run the same command to "
              "resume")
@@ -202,7 +239,10 @@ def _announce_preemption(why: str, step: int, workdir: str, is_main: bool) -> No
 
 
 def _progress(config, start: int, is_main: bool):
-  if not (is_main and config.progress_bar):
+  """A tqdm bar where one can be seen (`config.progress_bar`, stderr a
+  terminal); elsewhere (logs, tests, notebooks' captured output) each logged
+  step is a line (`progress_line`)."""
+  if not (is_main and config.progress_bar and sys.stderr.isatty()):
     return None
   from tqdm import tqdm  # pylint: disable=g-import-not-at-top
   return tqdm(total=config.steps, initial=start, desc="train", dynamic_ncols=True)
@@ -215,8 +255,7 @@ def restore_or_init_population(config, workdir, task, mesh, ckpt):
   if restored is None:
     return pop, population.initial_state(pop), 0, metrics_lib.MetricsWindow()
   start, state, meta = restored
-  logging.info("resumed from step %d", start)
-  print(f"resuming {workdir} from step {start}", flush=True)
+  _announce_resume(workdir, start)
   return pop, state, start, metrics_lib.MetricsWindow.from_json(meta.get("metrics_window"))
 
 

@@ -108,7 +108,10 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
   """The config of the run in `workdir`, or a ValueError naming the directory."""
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.isfile(path):
-    raise ValueError(f"workdir={workdir!r}: no {CONFIG_FILE} (not a training run directory)")
+    what = (f"no {CONFIG_FILE} (not a training run directory)"
+            if os.path.isdir(workdir) else "no such directory")
+    raise ValueError(f"workdir={workdir!r}: {what}; name a run's directory, as trained by "
+                     "`python -m bifocal_jax.train --config NAME --workdir DIR`")
   with open(path) as f:
     return ml_collections.ConfigDict(json.load(f))
 

@@ -115,7 +115,40 @@ def test_a_failed_download_names_the_url_and_leaves_nothing(tmp_path):
   with pytest.raises(OSError, match=r"could not download file://.*/missing.dev"):
     published.fetch(str(tmp_path / "data"), url=f"file://{tmp_path}/{{file}}", files=files,
                     log=lambda _: None)
-  assert os.listdir(tmp_path / "data" / "dyck-yao2021") == []
+  assert os.listdir(tmp_path) == []  # not even the folders it would have filled
+
+
+def test_a_download_failing_midway_removes_what_it_wrote_and_keeps_what_was_there(tmp_path):
+  contents = {"a.dev": b"(a a) END\n", "b.dev": b"(b b) END\n", "c.test": b"(c c) END\n"}
+  files = table(contents)
+  source = source_copy(tmp_path, {k: v for k, v in contents.items() if k != "c.test"})
+  folder = tmp_path / "data" / "dyck-yao2021"
+  folder.mkdir(parents=True)
+  (folder / "a.dev.txt").write_bytes(contents["a.dev"])  # fetched before: kept
+  with pytest.raises(OSError, match="could not download .*c.test"):
+    published.fetch(str(tmp_path / "data"), url=f"file://{source}/{{commit}}/{{file}}",
+                    files=files, log=lambda _: None)
+  assert os.listdir(folder) == ["a.dev.txt"]  # b.dev.txt, downloaded by this call, is gone
+
+
+def test_the_command_offline_says_how_else_to_get_the_files_in_one_line(tmp_path):
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  env.pop("BIFOCAL_DYCK_URL", None)
+  data = tmp_path / "data"
+  proc = subprocess.run([sys.executable, "-m", "bifocal_jax.tasks.external", "fetch",
+                         f"--data_dir={data}", "--url=http://127.0.0.1:9/{file}"],
+                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+  assert proc.returncode == 1
+  (error,) = proc.stderr.splitlines()
+  assert error.startswith("error: could not download http://127.0.0.1:9/k8_m5_tr2000000.dev")
+  for way in (f"put a copy of the files in {data / 'dyck-yao2021'}", "--data_dir",
+              "BIFOCAL_DATA_DIR", "--url 'file:///path/to/copy/{file}'", "BIFOCAL_DYCK_URL"):
+    assert way in error, way
+  assert os.listdir(tmp_path) == []  # no empty data folder left behind
+  usage = subprocess.run([sys.executable, "-m", "bifocal_jax.tasks.external", "fetchh"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+  assert usage.returncode == 2 and len(usage.stderr.splitlines()) == 1, usage.stderr
+  assert "expected one command, fetch" in usage.stderr
 
 
 def test_the_pinned_files_fetch_from_a_copy_of_the_source(tmp_path, published_dir):
@@ -149,5 +182,5 @@ def test_command_line_refuses_corrupted_files_in_one_line_each(tmp_path):
     assert f"{name}: refused (sha256 {bad}, expected {expected}); not written" in proc.stdout
     assert f"{name} from file://" in error
   assert error.startswith("error: refused 5 file(s) whose checksum differs")
-  assert os.listdir(tmp_path / "data" / "dyck-yao2021") == []
+  assert not (tmp_path / "data").exists()  # nothing written: no empty folder either
   shutil.rmtree(source)

@@ -119,8 +119,10 @@ def test_rerun_after_completion_resumes_instead_of_restarting(bifocal_run, capsy
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     metrics_before = f.read()
   summary = train.train_and_evaluate(config, workdir)
-  assert summary["step"] == 30
-  assert f"resuming {workdir} from step 30" in capsys.readouterr().out
+  assert summary["step"] == 30 and summary["loss"] == helpers.read_metrics(workdir)[-1]["loss"]
+  out = capsys.readouterr().out
+  assert out == (f"{workdir} already finished: it holds step 30 of 30, nothing to train; "
+                 f"evaluate it with: python -m bifocal_jax.eval --workdir {workdir}\n")
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     assert f.read() == metrics_before
   assert helpers.checkpoint_steps(workdir) == [10, 20, 30]

@@ -7,6 +7,9 @@ r"""Downloads the published Dyck files into the data directory, checking their s
 mirror or a local copy (`file:///copy/{file}`); see `published`. Files already
 there with the pinned checksum are kept; a file whose checksum differs is
 refused (one line naming it and both checksums; exit status 1) and not written.
+A failed download (offline, a wrong URL) is one line naming the URL and the
+other ways to get the files (a local copy in the data directory, `--url`),
+exit status 1, and leaves nothing this command wrote behind.
 """
 
 import sys
@@ -14,6 +17,7 @@ import sys
 from absl import app
 from absl import flags
 
+from bifocal_jax import cli
 from bifocal_jax.tasks.external import published
 
 _DATA_DIR = flags.DEFINE_string(
@@ -26,7 +30,8 @@ _URL = flags.DEFINE_string(
 
 def main(argv):
   if argv[1:] != ["fetch"]:
-    raise app.UsageError(f"expected one command, fetch (got {argv[1:]})")
+    cli.fail(f"expected one command, fetch (got {argv[1:]}): "
+             f"`{published.FETCH_COMMAND} [--data_dir DIR] [--url PATTERN]`")
   try:
     target = published.fetch(_DATA_DIR.value, url=_URL.value)
   except (OSError, published.ChecksumError) as e:
@@ -37,4 +42,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.flags_parser())

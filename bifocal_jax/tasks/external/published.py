@@ -121,31 +121,65 @@ def fetch(directory: str | None = None, *, url: str | None = None,
   Each file streams into a temporary file beside its destination and is
   renamed into place only once its sha256 matches, so nothing half-written or
   unverified is ever left under its name. A mismatch raises `ChecksumError`
-  (after fetching the others), naming the file and both checksums; a failed
-  download raises OSError naming the URL.
+  (after fetching the others), naming the file and both checksums. A failed
+  download raises OSError naming the URL and the other ways to get the files
+  (`offline_help`), after removing what this call wrote: the files it
+  downloaded and the folders it created (files there before are kept). A
+  folder this call created is removed whenever it ends empty.
   """
   url = url or os.environ.get(URL_ENV) or URL_PATTERN
   target = folder(directory)
+  created = _missing_folders(target)
   os.makedirs(target, exist_ok=True)
-  refused = []
-  for name, (source, expected) in files.items():
-    destination = os.path.join(target, name)
-    if os.path.isfile(destination):
-      if sha256(destination) == expected:
-        log(f"{name}: already there, sha256 verified")
-        continue
-      log(f"{name}: checksum differs from the pinned one; downloading it again")
-    address = url.format(commit=commit, file=source)
-    got = _download(address, destination, expected)
-    if got != expected:
-      refused.append(f"{name} from {address}: sha256 {got}, expected {expected}")
-      log(f"{name}: refused (sha256 {got}, expected {expected}); not written")
-    else:
-      log(f"{name}: downloaded, sha256 verified")
+  refused, written = [], []
+  try:
+    for name, (source, expected) in files.items():
+      destination = os.path.join(target, name)
+      if os.path.isfile(destination):
+        if sha256(destination) == expected:
+          log(f"{name}: already there, sha256 verified")
+          continue
+        log(f"{name}: checksum differs from the pinned one; downloading it again")
+      address = url.format(commit=commit, file=source)
+      try:
+        got = _download(address, destination, expected)
+      except OSError as e:
+        for path_written in written:
+          _remove(path_written)
+        raise OSError(f"{e}; {offline_help(directory)}") from None
+      if got != expected:
+        refused.append(f"{name} from {address}: sha256 {got}, expected {expected}")
+        log(f"{name}: refused (sha256 {got}, expected {expected}); not written")
+      else:
+        written.append(destination)
+        log(f"{name}: downloaded, sha256 verified")
+  finally:
+    for created_folder in created:  # innermost first
+      if os.path.isdir(created_folder) and not os.listdir(created_folder):
+        os.rmdir(created_folder)
   if refused:
     raise ChecksumError(f"refused {len(refused)} file(s) whose checksum differs: " +
                         "; ".join(refused))
   return target
+
+
+def offline_help(directory: str | None = None) -> str:
+  """How else to get the files into `directory` (the data directory) than the default source."""
+  return (f"offline? put a copy of the files in {folder(directory)} (or point --data_dir or "
+          f"{DATA_DIR_ENV} at a data directory holding {FOLDER}/), or fetch them from another "
+          f"source: --url 'file:///path/to/copy/{{file}}' (or {URL_ENV})")
+
+
+def _missing_folders(path_name: str) -> list[str]:
+  """`path_name` and its ancestors that do not exist yet, innermost first."""
+  out = []
+  while path_name and not os.path.exists(path_name):
+    out.append(path_name)
+    parent = os.path.dirname(path_name)
+    if parent == path_name:
+      break
+    path_name = parent
+  return out
 
 
 def _download(address: str, destination: str, expected: str) -> str:
@@ -161,7 +195,7 @@ def _download(address: str, destination: str, expected: str) -> str:
     if digest.hexdigest() == expected:
       os.replace(tmp, destination)
   except (urllib.error.URLError, OSError) as e:
-    raise OSError(f"could not download {address}: {getattr(e, 'reason', None) or e}") from None
+    raise OSError(f"could not download {address} ({getattr(e, 'reason', None) or e})") from None
   finally:
     _remove(tmp)  # a refused, failed or interrupted download leaves nothing
   return digest.hexdigest()
