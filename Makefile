@@ -19,13 +19,18 @@ LINTED := bifocal_jax train.py eval.py configs experiments benchmarks tests docs
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-hosts.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-hosts.txt constraints.txt pyproject.toml
 	@test -x $(PY) || { PYTHON=$$(bash .ci/find_python.sh) && echo "creating $(VENV) with $$PYTHON" && $$PYTHON -m venv $(VENV); }
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
-	$(PY) -m pip install -q --no-deps -r requirements-hosts.txt
+	$(PY) -m pip install -q -c constraints.txt -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -c constraints.txt -r requirements-hosts.txt
 	$(PY) -m pip install -q --no-deps -e .
 	@touch $(STAMP)
+
+# constraints.txt from the environment the suite passed in (after changing a requirement).
+constraints: $(STAMP)
+	@{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^-e'; } > constraints.txt.new
+	@mv constraints.txt.new constraints.txt
 
 # The main job: train the default Dyck config, then evaluate it.
 demo: $(STAMP)
