@@ -42,6 +42,7 @@ import numpy as np
 from bifocal_jax.evaluation import stats
 from experiments.extrapolation import leaderboard_report
 from experiments.extrapolation import plot_style
+from experiments.extrapolation import presets as presets_lib
 from experiments.extrapolation import probe_report
 from experiments.extrapolation import progress_report
 from experiments.extrapolation import rank_comparison_report
@@ -463,3 +464,39 @@ def replace_block(path: str, block: str, name: str | None = None) -> None:
     text = (text.rstrip() + "\n\n" if text else "") + generated + "\n"
   with open(path, "w") as f:
     f.write(text)
+
+
+# Each preset's report is the page `results/<preset>/README.md`, its links
+# relative to that folder; RESULTS.md is the summary over the pages.
+PAGE = "README.md"
+PAGE_COMMAND = "python -m experiments.extrapolation.results_pages --pages {name}"
+
+
+def page_path(results_dir: str) -> str:
+  """Where a preset's page lives: `README.md` in its results folder."""
+  return os.path.join(results_dir, PAGE)
+
+
+def page(name: str, markdown: str, *, stale: str | None = None) -> str:
+  """The page of preset `name` around its report `markdown` (`report(...,
+  link_base=results_dir)`): a title, the command that regenerates it, and
+  with `stale` a line saying why the page is older than its summaries."""
+  lines = [f"# The `{name}` sweep: every table", "",
+           f"Generated from the run summaries in this folder alone by `{PAGE_COMMAND.format(name=name)}`"
+           " (edit the report code in `experiments/extrapolation/`, not this page). The summary "
+           "of every sweep: [RESULTS.md](../../RESULTS.md).", ""]
+  if stale:
+    lines += [f"**Stale:** {stale}; the command above brings it up to date.", ""]
+  return "\n".join(lines) + "\n" + markdown.rstrip() + "\n"
+
+
+def write_page(name: str, results_dir: str, preset=None) -> str:
+  """Writes `results_dir/README.md`, the page of preset `name` (its plots in
+  `results_dir/plots`); returns the report's markdown. `preset`: the preset
+  resolved against `results_dir` (default: `presets.PRESETS[name]`'s)."""
+  if preset is None:
+    preset = presets_lib.PRESETS[name].resolved(results_dir)
+  markdown = report(preset, results_dir, link_base=results_dir)
+  with open(page_path(results_dir), "w") as f:
+    f.write(page(name, markdown))
+  return markdown
