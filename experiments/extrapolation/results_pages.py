@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from experiments.extrapolation import presets
 from experiments.extrapolation import report
 from experiments.extrapolation import results_summary
 from experiments.extrapolation import runs
@@ -31,13 +32,19 @@ def write_summary(path: str = RESULTS_MD) -> str:
   return text
 
 
-def publish(name: str, results_dir: str, results_md: str | None = RESULTS_MD) -> str:
-  """A sweep's `--summarize_only --results_md`: its page, then (for the
-  repository's own results) the summary. Returns the report's markdown."""
-  markdown = report.write_page(name, results_dir)
-  own = os.path.abspath(results_dir) == os.path.join(runs.RESULTS_DIR, name)
-  if results_md and own and name in results_summary.PRESET_NAMES:
+def publish(name: str, results_dir: str, results_md: str = RESULTS_MD) -> str:
+  """A sweep's `--summarize_only --results_md`: for the repository's own
+  results, the preset's page and then the summary (`results_md`); for
+  results elsewhere, the report as a generated block of `results_md`
+  (`report.replace_block`). Returns the report's markdown."""
+  if (os.path.abspath(results_dir) == os.path.join(runs.RESULTS_DIR, name)
+      and name in results_summary.PRESET_NAMES):
+    markdown = report.write_page(name, results_dir)
     write_summary(results_md)
+    return markdown
+  markdown = report.report(presets.PRESETS[name].resolved(results_dir), results_dir,
+                           link_base=os.path.dirname(os.path.abspath(results_md)))
+  report.replace_block(results_md, markdown, name)
   return markdown
 
 

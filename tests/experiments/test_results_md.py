@@ -93,3 +93,25 @@ def test_the_number_checker():
   # Code spans, link targets and comments are not quotes.
   assert results_summary.numbers("`arXiv:2601.22402` [a](x/0.5.png) <!-- 0.1 --> 0.25") == [
       "0.25"]
+
+
+def test_publish_elsewhere_writes_the_report_as_a_block(tmp_path):
+  """A sweep's `--summarize_only --results_md` for results outside `results/`
+  (a scratch sweep) keeps the generated block; only the repository's own
+  results get a page and the summary."""
+  from experiments.extrapolation import results_pages  # pylint: disable=g-import-not-at-top
+  results, results_md = tmp_path / "results", tmp_path / "RESULTS.md"
+  results.mkdir()
+  markdown = results_pages.publish("smoke", str(results), str(results_md))
+  begin, end = report.block_marks("smoke")
+  text = results_md.read_text()
+  assert begin in text and end in text and markdown.strip() in text
+  assert not (results / report.PAGE).exists()
+
+
+def test_a_stale_page_says_so_under_its_command():
+  page = report.page("converged", "the report\n", stale="older than its summaries")
+  assert page.split("\n\n")[1].startswith("Generated from")
+  assert page.split("\n\n")[2] == ("**Stale:** older than its summaries; the command above "
+                                   "brings it up to date.")
+  assert report.page("converged", "the report\n").endswith("\n\nthe report\n")
