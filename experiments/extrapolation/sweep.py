@@ -109,6 +109,7 @@ from bifocal_jax import machine
 from bifocal_jax.training.atomic_files import write_atomically
 from experiments.extrapolation import progress_report
 from experiments.extrapolation import report as report_lib
+from experiments.extrapolation import report_pages
 from experiments.extrapolation.leaderboard_report import STEP_COSTS_FILE, step_costs
 from experiments.extrapolation.presets import PRESETS
 from experiments.extrapolation.run_summary import (  # pylint: disable=g-multiple-import
@@ -700,7 +701,7 @@ def main(argv):
   markdown = report_lib.report(PRESETS[_PRESET.value].resolved(results_dir), results_dir,
                                link_base=link_base)
   if _RESULTS_MD.value:
-    report_lib.replace_block(_RESULTS_MD.value, markdown, _PRESET.value)
+    report_pages.replace_block(_RESULTS_MD.value, markdown, _PRESET.value)
   print(markdown)
   return 0
 
