@@ -104,6 +104,7 @@ from bifocal_jax.training.atomic_files import write_atomically
 from experiments.extrapolation import engine
 from experiments.extrapolation import progress_report
 from experiments.extrapolation import report as report_lib
+from experiments.extrapolation import results_pages
 from experiments.extrapolation import sweep_progress
 from experiments.extrapolation.execute import FAILED_FILE
 from experiments.extrapolation.git_commit import git_commit_paths
@@ -470,11 +471,11 @@ def main(argv):
       cluster.close()
     counts = collections.Counter(statuses.values())
     print(f"sweep: {dict(sorted(counts.items()))}", flush=True)
-  link_base = os.path.dirname(os.path.abspath(_RESULTS_MD.value)) if _RESULTS_MD.value else None
-  markdown = report_lib.report(PRESETS[_PRESET.value].resolved(results_dir), results_dir,
-                               link_base=link_base)
-  if _RESULTS_MD.value:
-    report_lib.replace_block(_RESULTS_MD.value, markdown, _PRESET.value)
+  if _RESULTS_MD.value:  # the preset's page, then RESULTS.md's summary (results elsewhere: a block)
+    markdown = results_pages.publish(_PRESET.value, results_dir,
+                                     os.path.abspath(_RESULTS_MD.value))
+  else:
+    markdown = report_lib.report(PRESETS[_PRESET.value].resolved(results_dir), results_dir)
   print(markdown)
   return 0
 

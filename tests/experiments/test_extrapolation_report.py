@@ -14,6 +14,7 @@ from extrapolation_helpers import PRESET, TASK, table_rows
 
 from experiments.extrapolation import leaderboard_report as leaderboard_lib
 from experiments.extrapolation import report as report_lib
+from experiments.extrapolation import report_pages
 from experiments.extrapolation import run_summary
 from experiments.extrapolation import sweep as ex
 from experiments.extrapolation import training_time_report as training_time_lib
@@ -466,9 +467,9 @@ def test_report_ranks_kinds_at_each_step_and_correlates_first_with_last():
 
 def test_report_blocks_of_two_presets_live_side_by_side(tmp_path):
   path = str(tmp_path / "RESULTS.md")
-  report_lib.replace_block(path, "cpu table")
-  report_lib.replace_block(path, "converged table", "converged")
-  report_lib.replace_block(path, "cpu table 2", "cpu")
+  report_pages.replace_block(path, "cpu table")
+  report_pages.replace_block(path, "converged table", "converged")
+  report_pages.replace_block(path, "cpu table 2", "cpu")
   text = open(path).read()
   assert "cpu table 2" in text and "converged table" in text and "cpu table\n" not in text
 
@@ -504,16 +505,16 @@ def test_report_names_tasks_not_learned_and_not_calibrated(tmp_path):
 
 def test_replace_block_keeps_the_text_around_it(tmp_path):
   path = str(tmp_path / "RESULTS.md")
-  report_lib.replace_block(path, "first")
+  report_pages.replace_block(path, "first")
   with open(path, "a") as f:
     f.write("\nverdict written by hand\n")
   with open(path) as f:
     text = f.read()
   with open(path, "w") as f:
     f.write("# title\n\n" + text)
-  report_lib.replace_block(path, "second")
+  report_pages.replace_block(path, "second")
   with open(path) as f:
     text = f.read()
   assert "first" not in text and "second" in text
   assert text.startswith("# title") and "verdict written by hand" in text
-  assert text.count(report_lib.BEGIN_MARK) == 1 and text.count(report_lib.END_MARK) == 1
+  assert text.count(report_pages.BEGIN_MARK) == 1 and text.count(report_pages.END_MARK) == 1
