@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import os
 import platform
 import statistics
-import sys
 import time
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
-from absl import app
 import numpy as np
 
+from bifocal_jax.cli import markdown_table, run_main, write_json  # noqa: F401  (the commands' main, their output)
 from bifocal_jax import configs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bifocal_jax.training import state
 from bifocal_jax import tasks
@@ -127,31 +125,6 @@ def median(xs) -> float:
 def median_ratio(a: list[float], b: list[float]) -> float:
   """Median over repeats of a[i] / b[i] (both timed in the same repeat)."""
   return median([x / y for x, y in zip(a, b, strict=True)])
-
-
-def write_json(path: str | None, results: dict) -> None:
-  if not path:
-    return
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, "w") as f:
-    json.dump(results, f, indent=2, sort_keys=True)
-  print(f"wrote {path}")
-
-
-def run_main(main) -> None:
-  """`app.run(main)`, a ValueError (bad input: a flag, a file) as one line,
-  `error: ...`, and exit status 2."""
-  try:
-    app.run(main)
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-
-
-def markdown_table(header: list[str], rows: list[list]) -> str:
-  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-  return "\n".join(lines)
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

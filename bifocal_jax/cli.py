@@ -15,6 +15,7 @@ import ast
 import contextlib
 import difflib
 import functools
+import json
 import logging as std_logging
 import os
 import re
@@ -217,6 +218,34 @@ def fail(message: str, status: int = 2):
     sys.stdout.flush()
     os._exit(status)
   sys.exit(status)
+
+
+def run_main(main) -> None:
+  """`app.run(main)`, a ValueError (bad input: a flag, a file) as one line,
+  `error: ...`, and exit status 2: the analysis and benchmark commands' main."""
+  from absl import app  # pylint: disable=g-import-not-at-top
+  try:
+    app.run(main)
+  except ValueError as e:
+    fail(str(e))
+
+
+def write_json(path: str | None, results: dict) -> None:
+  """`results` as indented JSON at `path` (its folder made), said in one line;
+  nothing without a path."""
+  if not path:
+    return
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(results, f, indent=2, sort_keys=True)
+  print(f"wrote {path}")
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+  """A markdown table of `rows` under `header` (cells as `str` gives them)."""
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+  return "\n".join(lines)
 
 
 def is_multiprocess() -> bool:

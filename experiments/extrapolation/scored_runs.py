@@ -18,8 +18,8 @@ import sys
 from typing import Callable
 
 import jax
-from absl import app
 
+from bifocal_jax.cli import markdown_table, run_main, write_json  # noqa: F401  (the commands' main, their output)
 from bifocal_jax.evaluation import evaluate
 from experiments.extrapolation import runs as runs_lib
 
@@ -102,28 +102,3 @@ def read_scored_runs(paths: str, script: str, *, fields: tuple[str, ...], labels
                          f"{merged[k]!r}")
     merged["runs"] = {**merged["runs"], **out["runs"]}
   return merged
-
-
-def markdown_table(header: list[str], rows: list[list]) -> str:
-  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-  return "\n".join(lines)
-
-
-def write_json(path: str | None, results: dict) -> None:
-  if not path:
-    return
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, "w") as f:
-    json.dump(results, f, indent=2, sort_keys=True)
-  print(f"wrote {path}")
-
-
-def run_main(main) -> None:
-  """`app.run(main)`, a ValueError (bad input: a flag, a file) as one line,
-  `error: ...`, and exit status 2."""
-  try:
-    app.run(main)
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
