@@ -52,10 +52,12 @@ class Outcome:
 
 
 def train_and_summarize(unit: Run | PopulationRun, runs: Sequence[Run], out: str,
-                        budget: int) -> Outcome:
-  """The task: trains and evaluates `unit`, then summarises each of `runs`
+                        budget: int, cpus: float = 1) -> Outcome:
+  """The task: trains and evaluates `unit` on a share of `cpus` of its
+  node's cores (`execute.claimed_cores`), then summarises each of `runs`
   (its members still pending). Runs on a worker."""
-  status, why = execute_lib.execute(unit, out, budget, print)
+  with execute_lib.claimed_cores(cpus) as cores:
+    status, why = execute_lib.execute(unit, out, budget, print, cores=cores)
   seconds = logged_seconds(unit.workdir(out))
   share = len(unit.members()) if isinstance(unit, PopulationRun) else 1
   if status != "done":
@@ -74,10 +76,12 @@ def train_and_summarize(unit: Run | PopulationRun, runs: Sequence[Run], out: str
 
 
 def calibrate(run: Run, out: str, task: TaskSpec, learned: float,
-              converged: float | None) -> Outcome:
-  """The task of a calibration run: trains it (no evaluation) and returns its
-  budget record (None: its curve does not say)."""
-  status, why = execute_lib.execute(run, out, task.max_steps, print, evaluate=False)
+              converged: float | None, cpus: float = 1) -> Outcome:
+  """The task of a calibration run: trains it (no evaluation, on its share
+  of cores) and returns its budget record (None: its curve does not say)."""
+  with execute_lib.claimed_cores(cpus) as cores:
+    status, why = execute_lib.execute(run, out, task.max_steps, print, evaluate=False,
+                                      cores=cores)
   seconds = logged_seconds(run.workdir(out))
   if status != "done":
     return Outcome(status, why=why, seconds=seconds)

@@ -489,3 +489,26 @@ def test_parse_deadline():
       ex.parse_deadline(value, now)
   with pytest.raises(ValueError, match="until='soon': expected a duration"):
     ex.parse_deadline("soon", now, flag="until")
+
+
+def test_tasks_side_by_side_claim_disjoint_shares_of_the_cores(tmp_path):
+  lock_dir = str(tmp_path / "locks")
+  with execute.claimed_cores(2, cores=range(4), lock_dir=lock_dir) as first:
+    with execute.claimed_cores(2, cores=range(4), lock_dir=lock_dir) as second:
+      with execute.claimed_cores(2, cores=range(4), lock_dir=lock_dir) as third:
+        assert {first, second} == {frozenset({0, 1}), frozenset({2, 3})}
+        assert third is None  # none free: unpinned
+    with execute.claimed_cores(2, cores=range(4), lock_dir=lock_dir) as again:
+      assert again == second  # released when its task ended
+  with execute.claimed_cores(4, cores=range(4), lock_dir=lock_dir) as whole:
+    assert whole is None  # the whole node: nothing to keep apart
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity (not macOS) and two CPUs to tell a share from all")
+def test_a_pinned_command_runs_on_its_cores_only(tmp_path):
+  mine = sorted(os.sched_getaffinity(0))
+  code = "import os; print('CORES', sorted(os.sched_getaffinity(0)))"
+  for cores, expected in ((frozenset(mine[:1]), mine[:1]), (None, mine)):
+    status, tail = execute.run_command([sys.executable, "-c", code], str(tmp_path / "log"), cores)
+    assert status == 0 and f"CORES {expected}" in tail, tail
