@@ -21,6 +21,7 @@ import numpy as np
 
 from bifocal_jax.evaluation import stats
 from experiments.extrapolation import plot_style
+from experiments.extrapolation import question_rules
 from experiments.extrapolation import rank_comparison_report
 from experiments.extrapolation.committed_sweeps import (
     REFERENCE, Sweep, held_out_comparisons, interval, iv, join, mean, minus, paired, ranked)
@@ -122,7 +123,7 @@ def field_listops(sweeps: dict[str, Sweep]) -> str:
             if (d := minus(depth[k], depth[REFERENCE])) is not None and d["decided"]
             and d["mean"] < 0]
   missing = [(t, g, landed, planned) for t, arm, g, landed, planned in sweep.pending()
-             if t == task and arm == "scratch"]
+             if t == task and arm == "scratch" and g not in question_rules.CANDIDATES]
   nope = minus(depth["nope"], depth[REFERENCE]) if "nope" in depth else None
   pending = ""
   if missing:
@@ -191,7 +192,7 @@ def five_layer_dyck(sweeps: dict[str, Sweep]) -> str:
   held = sweep.held_out(task)
   firsts = [f"`{split}` {_first(sweep, task, split)}" for split in held]
   missing = [(g, landed, planned) for t, arm, g, landed, planned in sweep.pending()
-             if t == task and arm == "scratch"]
+             if t == task and arm == "scratch" and g not in question_rules.CANDIDATES]
   return (f"**Dyck at the benchmark's 5-layer size (`dyck_5layer`, "
           f"{len(sweep.scratch(task))} kinds landed).** First on each held-out split: "
           f"{'; '.join(firsts)}."

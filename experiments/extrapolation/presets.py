@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from bifocal_jax.nn import positions
+from experiments.extrapolation import question_rules
 from experiments.extrapolation import roster_rules
 from experiments.extrapolation.runs import OfSteps, Preset, ROSTER_KINDS, TaskSpec, VERDICT_KINDS
 
@@ -151,6 +152,11 @@ _CONVERGED_CHOMSKY = tuple(
              checkpoint_examples=500, later_kinds=_ENCODER_ROSTER)
     for name, fit in _CHOMSKY_JUST_FIT.items())
 
+def _roster_then_question(preset: Preset, results_dir: str) -> Preset:
+  """The converged sweep's additions: the roster's choices, then the question's runs."""
+  return question_rules.extend(roster_rules.extend(preset, results_dir), results_dir)
+
+
 PRESETS = {
     # The test: seconds per run.
     "smoke": Preset(
@@ -192,8 +198,9 @@ PRESETS = {
         converged=0.002,
         in_order=True, leaderboards=True,
         # Once the roster has landed: the mixed pairings and the five best on
-        # the 5-layer model, by rules fixed before it did (roster_rules.py).
-        extend=roster_rules.extend,
+        # the 5-layer model, by rules fixed before it did (roster_rules.py);
+        # then the next question's runs, pre-registered (question_rules.py).
+        extend=_roster_then_question,
         # issue 31: does any scheme reach these (closing-bracket accuracy)?
         targets=(("dyck", "test_depth", 0.99), ("dyck", "k8_m20.test", 0.90)),
         # The two depth tasks, each model: does what extrapolates on one carry over?

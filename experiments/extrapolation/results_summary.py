@@ -22,6 +22,7 @@ from experiments.extrapolation import claim_verdicts
 from experiments.extrapolation import depth_length_plot
 from experiments.extrapolation import field_verdicts
 from experiments.extrapolation import leaderboard_report
+from experiments.extrapolation import question_rules
 from experiments.extrapolation import rank_comparison_report
 from experiments.extrapolation import report_pages
 from experiments.extrapolation import runs as runs_lib
@@ -117,6 +118,12 @@ def _findings(sweeps: dict[str, Sweep]) -> list[str]:
       "rerun, or not yet run); every claim above that quotes one names its seeds, and is "
       "provisional until they land:", "",
       pending_table(sweeps), "",
+      "The next question, whether one scheme extrapolates both deeper and longer, is "
+      "pre-registered (its candidates "
+      + join([f"`{k}`" for k in question_rules.CANDIDATES])
+      + ", runs, rule and targets: [`results/converged/PREREGISTRATION.md`]"
+      "(results/converged/PREREGISTRATION.md)); its cells are pending above until they land, "
+      "after every other run of `converged`.", "",
       "## Leaderboards", "",
       "Trained 2-layer models (`converged`), scratch runs, mean over seeds; **bold**: the "
       "paired difference from RoPE excludes zero; rank by the mean over the held-out splits. "

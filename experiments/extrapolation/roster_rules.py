@@ -46,12 +46,12 @@ from experiments.extrapolation.runs import ROSTER_KINDS, Preset
 DYCK, LISTOPS, DYCK_5LAYER = "dyck", "listops_depth", "dyck_5layer"
 
 
-def _scratch(table: dict, task: str) -> dict[str, dict[int, dict]]:
+def scratch_cells(table: dict, task: str) -> dict[str, dict[int, dict]]:
   """{kind: {seed: summary}} of `task`'s scratch runs."""
   return {group: runs for (arm, group), runs in table.get(task, {}).items() if arm == "scratch"}
 
 
-def _score(runs: dict[int, dict], splits: tuple[str, ...]) -> float:
+def mean_score(runs: dict[int, dict], splits: tuple[str, ...]) -> float:
   """Mean over seeds of the mean over `splits` (closing-bracket accuracy
   where a summary has it, else token accuracy)."""
   def one(summary):
@@ -61,7 +61,7 @@ def _score(runs: dict[int, dict], splits: tuple[str, ...]) -> float:
   return float(np.mean([one(s) for s in runs.values()]))
 
 
-def _best(scores: dict[str, float], count: int = 1) -> list[str]:
+def ranked_first(scores: dict[str, float], count: int = 1) -> list[str]:
   return sorted(scores, key=lambda kind: (-scores[kind], kind))[:count]
 
 
@@ -72,7 +72,7 @@ def missing(preset: Preset, table: dict, tasks: tuple[str, ...]) -> list[str]:
   out = [f"{name} (not in the preset)" for name in tasks
          if name not in {t.name for t in preset.tasks}]
   for task in (t for t in preset.tasks if t.name in tasks):
-    runs = _scratch(table, task.name)
+    runs = scratch_cells(table, task.name)
     for kind in (task.kinds or preset.kinds) + task.later_kinds:
       have = len(set(runs.get(kind, {})) & set(preset.seeds))
       if have < len(preset.seeds):
@@ -82,25 +82,25 @@ def missing(preset: Preset, table: dict, tasks: tuple[str, ...]) -> list[str]:
 
 def mixed_pairings(table: dict) -> tuple[str, ...]:
   """`rope+X`, `spectral+X`, `rope+Y` by the module's rule, from complete cells."""
-  dyck, listops = _scratch(table, DYCK), _scratch(table, LISTOPS)
+  dyck, listops = scratch_cells(table, DYCK), scratch_cells(table, LISTOPS)
   candidates = [k for k in dyck if k in listops and "+" not in k and positions.is_valid_kind(k)
                 and positions.get(k).interface != "rotary"
                 and all(positions.is_valid_kind(f"{eye}+{k}") for eye in ("rope", "spectral"))]
   if len(candidates) < 2:
     raise ValueError(f"mixed pairings: {len(candidates)} candidate kinds, 2 needed")
-  x = _best({k: _score(dyck[k], ("k8_m20.test",)) for k in candidates})[0]
-  y = _best({k: _score(listops[k], ("test_depth",)) for k in candidates if k != x})[0]
+  x = ranked_first({k: mean_score(dyck[k], ("k8_m20.test",)) for k in candidates})[0]
+  y = ranked_first({k: mean_score(listops[k], ("test_depth",)) for k in candidates if k != x})[0]
   return (f"rope+{x}", f"spectral+{x}", f"rope+{y}")
 
 
 def five_best(table: dict) -> tuple[str, ...]:
   """The five roster kinds best on Dyck's held-out splits, from complete cells."""
-  dyck = _scratch(table, DYCK)
+  dyck = scratch_cells(table, DYCK)
   roster = [k for k in dyck if k in ROSTER_KINDS]
   if len(roster) < 5:
     raise ValueError(f"five best: {len(roster)} roster kinds on {DYCK}, 5 needed")
   held_out = tuple(s for s in next(iter(dyck[roster[0]].values()))["splits"] if s != "valid")
-  return tuple(_best({k: _score(dyck[k], held_out) for k in roster}, 5))
+  return tuple(ranked_first({k: mean_score(dyck[k], held_out) for k in roster}, 5))
 
 
 # What the rules chose when the roster first landed complete (its last run on

@@ -44,9 +44,9 @@ SPECTRAL_KINDS = ("spectral", "bifocal_heads", "bifocal_pairs")
 
 # The kinds of the bifocal verdict (the cpu and converged sweeps).
 VERDICT_KINDS = tuple(KINDS)
-# Kinds added for a later question, run only by the preset pre-registered for
-# it (not part of the roster the converged sweep compares): PaTH-FoX, for
-# whether one scheme extrapolates both deeper and longer.
+# Kinds added for a later question, run only as its pre-registration says
+# (question_rules.py; not part of the roster the converged sweep compares):
+# PaTH-FoX, for whether one scheme extrapolates both deeper and longer.
 QUESTION_KINDS = ("path_fox",)
 # Every other `position.kind` of the registry (`bifocal_jax/nn/positions/`), under
 # its own name (`kind_overrides`): the roster of the field's schemes.

@@ -103,6 +103,7 @@ from bifocal_jax import machine
 from bifocal_jax.training.atomic_files import write_atomically
 from experiments.extrapolation import engine
 from experiments.extrapolation import progress_report
+from experiments.extrapolation import question_rules
 from experiments.extrapolation import report as report_lib
 from experiments.extrapolation import results_pages
 from experiments.extrapolation import sweep_progress
@@ -186,8 +187,9 @@ class Sweep:
     another; within a group, the preset's order (seed-major)."""
     budgets = {task.name: self.budget(task) for task in self.preset.tasks}
     runs = [r for r in self.preset.runs() if not self.done(r) and budgets[r.task.name]]
-    if self.preset.in_order:  # the tasks' kinds, the protocol's arms, then later kinds
-      return sorted(runs, key=lambda r: (r.kind in r.task.later_kinds + r.task.chosen_kinds
+    if self.preset.in_order:  # the tasks' kinds, the protocol's arms, later kinds, a question's
+      return sorted(runs, key=lambda r: (question_rules.is_question(r), r.kind in
+                                         r.task.later_kinds + r.task.chosen_kinds
                                          and r.arm == "scratch", r.source() is not None))
     group = lambda r: (r.task.name, r.arm if r.arm == "sensitivity" else "")
     steps_left = collections.Counter()
@@ -212,8 +214,8 @@ class Sweep:
                    ("checkpoint_every", run.task.interval))
       run = dataclasses.replace(run, setting=overrides)
       refs[cluster.submit(engine.calibrate, run, self.out, run.task, self.preset.learned,
-                          self.preset.converged, resources=self.resources,
-                          name=run.name)] = run
+                          self.preset.converged, self.resources.get("CPU", 1),
+                          resources=self.resources, name=run.name)] = run
     with engine.StopOnSignal(cluster, refs, self.log):
       while refs:
         for ref in cluster.wait(list(refs), timeout=1.0):
@@ -311,7 +313,8 @@ class Sweep:
             unit, runs = picked
             budget = self.budget(unit.task)
             ref = cluster.submit(engine.train_and_summarize, unit, runs, self.out, budget,
-                                 resources=self.resources, name=unit.name)
+                                 self.resources.get("CPU", 1), resources=self.resources,
+                                 name=unit.name)
             in_flight[ref] = picked
             progress.start(unit.name, len(tried))
           if not in_flight:

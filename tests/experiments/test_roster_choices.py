@@ -100,11 +100,10 @@ def test_choices_once_made_stay_whatever_the_results_become(tmp_path):
 
 
 def test_the_converged_preset_takes_the_choices_made():
-  preset = presets_lib.PRESETS["converged"]
-  assert preset.extend is roster_rules.extend
-  resolved = preset.resolved(roster_choices.RESULTS)
-  assert _chosen(resolved)["dyck_5layer"] == roster_rules.MADE["dyck_5layer"]
-  assert _chosen(resolved)["dyck"] == roster_rules.MADE["dyck"]
+  resolved = presets_lib.PRESETS["converged"].resolved(roster_choices.RESULTS)
+  made = roster_rules.MADE  # first; the pre-registered question's runs after them
+  assert _chosen(resolved)["dyck_5layer"][:5] == made["dyck_5layer"]
+  assert _chosen(resolved)["dyck"][:3] == made["dyck"]
 
 
 def test_the_command_prints_each_choice_and_the_rules_answer_today(capsys):
