@@ -105,5 +105,5 @@ def test_mistyped_key_on_the_command_line_is_one_line_and_exit_2(tmp_path):
                           env=helpers.subprocess_env())
   assert result.returncode == 2
   assert result.stderr == 'error: --config.stpes: no such config key (Did you mean "steps" ' \
-                          'instead of "stpes"?)\n'
+                          'instead of "stpes"?); --print_config lists the keys\n'
   assert list(tmp_path.iterdir()) == []
