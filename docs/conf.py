@@ -6,11 +6,7 @@ it (tests/test_notebook.py runs it), and the API reference is generated from the
 docstrings (autodoc, autosummary).
 """
 
-import os
-import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # the checkout's package, whatever is installed
+# The package is imported as installed (`make venv` installs this checkout, editable).
 
 project = "bifocal-jax"
 author = "the bifocal-jax authors"

@@ -20,6 +20,7 @@ import pytest
 
 from extrapolation_helpers import PRESET, TASK
 from fake_cluster import FakeCluster
+from waiting_run import WAITS_FOR_SIGTERM
 
 from experiments.extrapolation import engine
 from experiments.extrapolation import execute
@@ -398,20 +399,6 @@ def test_a_run_trained_part_way_is_expected_to_take_only_what_is_left(tmp_path):
   assert sweep.expected_seconds(run) == pytest.approx(0)
 
 
-_WAITS_FOR_SIGTERM = """
-import signal, sys, time
-signals = []
-signal.signal(signal.SIGTERM, lambda *a: signals.append(1))
-print('ready', flush=True)
-deadline = time.time() + 60
-while not signals and time.time() < deadline:
-  time.sleep(0.01)
-print('got', flush=True)
-time.sleep(1.0)  # a second signal would land here
-print('signals', len(signals), flush=True)
-"""
-
-
 def _wait_for_line(path, line, timeout=60):
   deadline = time.time() + timeout
   while time.time() < deadline and not (
@@ -435,7 +422,7 @@ def test_a_stopped_task_passes_one_sigterm_to_its_command_and_waits_for_it(tmp_p
   try:
     threading.Thread(target=interrupt_twice, daemon=True).start()
     with pytest.raises(execute.Stopped):
-      execute.run_command([sys.executable, "-c", _WAITS_FOR_SIGTERM], log_path)
+      execute.run_command([sys.executable, "-c", WAITS_FOR_SIGTERM], log_path)
   finally:
     signal.signal(signal.SIGINT, previous)
   log = open(log_path).read()
