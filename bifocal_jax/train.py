@@ -100,7 +100,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, overw
       return _already_finished(config, workdir, done)
     if jax.process_index() == 0:
       print(
-          f"training {workdir}: task {task.name}, position {config.position.kind}, "
+          f"training {workdir}: task {task.name}, position {positions.scheme_name(config.position)}, "
           f"{config.steps} steps of batch {config.batch_size}", flush=True)
     if population.is_population(config):
       summary, has_spectral = _train_population(config, workdir, task, mesh, ckpt, hooks)
@@ -142,7 +142,8 @@ def _summary(config, workdir: str, record: dict, seconds: float, *, has_spectral
       f"{os.path.join(workdir, 'tensorboard')})",
       "  trajectory   " +
       (f"in each checkpoint: bifocal_jax.analysis.load_trajectory({workdir!r}); eval --spectrum "
-       "plots it" if has_spectral else f"none (position {config.position.kind} learns no "
+       "plots it"
+       if has_spectral else f"none (position {positions.scheme_name(config.position)} learns no "
        "frequencies)"),
       f"next: {eval_command(config, workdir)}",
   ]

@@ -47,7 +47,12 @@ def compare(workdirs: Sequence[str], *, out: str | None = None,
   header = ["run", "position", "step", "CHE"] + split_names
   rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for name, r in zip(names, runs):
-    cells = [name, r["position_kind"], str(r["step"]), eval_report.format_value(r["che_score"])]
+    cells = [
+        name,
+        eval_report.scheme_name(r),
+        str(r["step"]),
+        eval_report.format_value(r["che_score"])
+    ]
     for split in split_names:
       s = r["splits"].get(split)
       if s is None:
@@ -77,7 +82,7 @@ def _plot_compare(names: Sequence[str], runs: Sequence[dict], path: str) -> str:
     by_depth = eval_report.pooled(r["splits"].values(), "by_depth")
     depths = sorted(by_depth)
     ax_depth.plot(depths, [by_depth[d][0] / by_depth[d][1] for d in depths], marker="o", ms=3,
-                  label=f"{name} ({r['position_kind']})")
+                  label=f"{name} ({eval_report.scheme_name(r)})")
     by_length = eval_report.pooled(r["splits"].values(), "by_length")
     if by_length:
       edges = np.unique(np.round(np.geomspace(1, 2 * max(by_length), 40))).tolist()

@@ -19,6 +19,8 @@ the file: splits evaluated now replace those of the same name, and results of
 another checkpoint step are dropped.
 
   workdir, step, task, position_kind
+  position        the scheme's one name (`positions.scheme_name`: bifocal with
+                  its split, `bifocal_heads`)
   member          a population's member only: its index (the results are
                   `DIR/members/<i>/eval/results.json`)
   che_score       Deletang et al.'s score: the mean over lengths of per-length
@@ -77,6 +79,7 @@ from bifocal_jax.evaluation import probe as probe_lib
 from bifocal_jax.training import sharding as sharding_lib
 from bifocal_jax.training import state as state_lib
 from bifocal_jax.training import workdir as workdir_lib
+from bifocal_jax.nn import positions
 from bifocal_jax.tasks import external
 
 RESULTS_FILE = "results.json"
@@ -350,7 +353,9 @@ def _previous_results(run: Run, out: str) -> dict:
   `out` already has for the same run, step and member; a record of another
   step is dropped."""
   results = dict(workdir=run.workdir, step=run.step, task=run.setup.task.name,
-                 position_kind=run.config.position.kind, che_score=None, che_ci95=None, splits={})
+                 position_kind=run.config.position.kind,
+                 position=positions.scheme_name(run.config.position), che_score=None, che_ci95=None,
+                 splits={})
   if run.member is not None:
     results["member"] = run.member
   if os.path.exists(out):

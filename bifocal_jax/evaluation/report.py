@@ -12,6 +12,12 @@ import numpy as np
 from bifocal_jax.evaluation import spectrum
 
 
+def scheme_name(results: dict) -> str:
+  """The scheme's one name in a results record (`position`; a record written
+  before it was recorded has only `position_kind`)."""
+  return results.get("position", results["position_kind"])
+
+
 def pooled(split_results: Iterable[dict], field: str) -> dict[int, tuple[float, float]]:
   """{key: (correct tokens, tokens)} of `by_length` or `by_depth`, pooled over splits."""
   out: dict[int, tuple[float, float]] = {}
@@ -76,7 +82,7 @@ def format_results(results: dict) -> str:
   column), by depth, and by length (octaves)."""
   lines = [
       f"{results['workdir']}  step {results['step']}  task {results['task']}  "
-      f"position {results['position_kind']}"
+      f"position {scheme_name(results)}"
   ]
   splits = results["splits"]
   if not splits:

@@ -1,5 +1,5 @@
 r"""What a sweep run is: the position kinds as the sweeps name them
-(`KINDS`, `kind_overrides`), a task of a preset (`TaskSpec`), one run (`Run`)
+(`kind_overrides`), a task of a preset (`TaskSpec`), one run (`Run`)
 or population of runs (`PopulationRun`) with the `train.py` and `eval.py`
 commands that make it, and a preset (`Preset`: tasks x kinds x seeds and its
 arms). The presets are in `presets.py`; running them, their summaries and the
@@ -30,54 +30,37 @@ BENCHMARK_RESULTS = os.path.join(RESULTS_DIR, "benchmarks")
 LEARNED = 0.9  # valid token accuracy at which a task counts as learned in distribution
 
 
-# Position kinds as the sweep names them: config overrides of each.
-KINDS = {
-    "nope": {"position.kind": "nope"},
-    "rope": {"position.kind": "rope"},
-    "randomized_rope": {"position.kind": "randomized_rope"},
-    "alibi": {"position.kind": "alibi"},
-    "spectral": {"position.kind": "spectral"},
-    "bifocal_heads": {"position.kind": "bifocal", "position.split": "heads"},
-    "bifocal_pairs": {"position.kind": "bifocal", "position.split": "pairs"},
-}
+# The kinds of the bifocal verdict (the cpu and converged sweeps), named as the
+# library names schemes (`positions.scheme_name`: bifocal with its split).
+VERDICT_KINDS = ("nope", "rope", "randomized_rope", "alibi", "spectral", "bifocal_heads",
+                 "bifocal_pairs")
 SPECTRAL_KINDS = ("spectral", "bifocal_heads", "bifocal_pairs")
-
-# The kinds of the bifocal verdict (the cpu and converged sweeps).
-VERDICT_KINDS = tuple(KINDS)
 # Kinds added for a later question, run only as its pre-registration says
 # (question_rules.py; not part of the roster the converged sweep compares):
 # PaTH-FoX, for whether one scheme extrapolates both deeper and longer.
 QUESTION_KINDS = ("path_fox",)
-# Every other `position.kind` of the registry (`bifocal_jax/nn/positions/`), under
-# its own name (`kind_overrides`): the roster of the field's schemes.
-ROSTER_KINDS = tuple(k for k in positions.POSITION_KINDS
-                     if k != "bifocal" and k not in KINDS and k not in QUESTION_KINDS)
+# Every other scheme of the registry (`bifocal_jax/nn/positions/`): the roster
+# of the field's schemes.
+ROSTER_KINDS = tuple(k for k in positions.scheme_names()
+                     if k not in VERDICT_KINDS and k not in QUESTION_KINDS)
 
 
 def kind_overrides(kind: str) -> dict:
-  """The config overrides of a sweep kind: `KINDS`'s, or, for any other valid
-  `position.kind` (a mixed `rope+cope` too), that kind under its own name
-  (the name is a directory of the runs and a row of the tables, `+` and all)."""
-  if kind in KINDS:
-    return KINDS[kind]
-  if not positions.is_valid_kind(kind):
-    raise ValueError(f"kind {kind!r}: not one of the sweep's {tuple(KINDS)} nor a position.kind")
-  return {"position.kind": kind}
+  """The config overrides of a sweep kind (`positions.scheme_overrides`: a
+  mixed `rope+cope` too; the name is a directory of the runs and a row of the
+  tables, `+` and all). Raises a ValueError naming the kind when it is none."""
+  return positions.scheme_overrides(kind)
+
 
 def kind_name(position) -> str:
-  """The sweep's name of a run's `config.position`: `kind_overrides` read
-  backwards (bifocal with its split, `bifocal_heads`; any other kind its own)."""
-  for name, overrides in KINDS.items():
-    if all(position.get(key.removeprefix("position.")) == value
-           for key, value in overrides.items()):
-      return name
-  return position.kind
+  """The sweep's name of a run's `config.position` (`positions.scheme_name`)."""
+  return positions.scheme_name(position)
 
 
 def is_spectral(kind: str) -> bool:
   """Whether a sweep kind has trainable spectra (its evaluation analyses them)."""
-  if kind in KINDS:
-    return kind in SPECTRAL_KINDS
+  if kind in SPECTRAL_KINDS:
+    return True
   return any(p.name in ("spectral", "bifocal") for p in positions.parts(kind))
 
 

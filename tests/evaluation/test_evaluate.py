@@ -65,6 +65,7 @@ def test_results_schema(trained, evaluated):
     assert json.load(f) == evaluated
   r = evaluated
   assert r["step"] == 30 and r["task"] == "dyck" and r["position_kind"] == "bifocal"
+  assert r["position"] == "bifocal_heads"  # the scheme's one name: bifocal with its split
   assert r["workdir"] == os.path.abspath(trained)
   assert set(r["splits"]) == {"valid", "test_length", "test_depth"}
   config = tiny_config().task

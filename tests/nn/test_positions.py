@@ -42,6 +42,24 @@ def test_the_registry_has_the_kinds_and_the_one_list():
     positions.get("learned")
 
 
+
+def test_one_name_per_scheme_read_back_to_the_config_that_builds_it():
+  """Results, logs and the sweep name a bifocal run by its split; every other
+  kind by itself. The name and the config keys go both ways."""
+  names = positions.scheme_names()
+  assert "bifocal" not in names and {"bifocal_heads", "bifocal_pairs"} <= set(names)
+  for name in (*names, "rope+path"):
+    overrides = positions.scheme_overrides(name)
+    config = configs.get_config("dyck", "tiny")
+    for key, value in overrides.items():
+      config[key.split(".")[0]][key.split(".")[1]] = value
+    assert positions.scheme_name(config.position) == name
+  assert positions.scheme_overrides("bifocal_pairs") == {"position.kind": "bifocal",
+                                                         "position.split": "pairs"}
+  for bad in ("bifocal", "bifocal_both", "learned"):
+    with pytest.raises(ValueError, match=rf"scheme {bad!r}: must be one of"):
+      positions.scheme_overrides(bad)
+
 @pytest.mark.parametrize("kind, config_file", [("kerple_log", "reverse_string.py"),
                                                ("fire", "odds_first.py"),
                                                ("randomized_relative", "dyck.py"),

@@ -88,6 +88,38 @@ def parts(kind: str) -> tuple[Scheme, ...]:
   return (get(kind),)
 
 
+# Kinds whose runs are named with a second config key: bifocal's split decides
+# which eyes are spectral, so results, logs and docs name a bifocal run
+# `bifocal_heads` or `bifocal_pairs`. Kind -> (key, its values).
+_NAMED_WITH = {"bifocal": ("split", ("heads", "pairs"))}
+
+
+def scheme_name(position) -> str:
+  """The one name of `position`'s scheme in results, logs and docs: its kind,
+  and for `bifocal` its split as well (`bifocal_heads`, `bifocal_pairs`)."""
+  if position.kind in _NAMED_WITH:
+    return f"{position.kind}_{position.get(_NAMED_WITH[position.kind][0])}"
+  return position.kind
+
+
+def scheme_names() -> tuple[str, ...]:
+  """Every base scheme's name: the registry's kinds, a named kind by its values."""
+  return tuple(name for kind in POSITION_KINDS for name in (
+      [f"{kind}_{v}" for v in _NAMED_WITH[kind][1]] if kind in _NAMED_WITH else [kind]))
+
+
+def scheme_overrides(name: str) -> dict:
+  """`scheme_name` read backwards: the `position` config keys of a named
+  scheme (`bifocal_pairs` -> kind `bifocal`, split `pairs`; a mixed `a+b` ->
+  its kind), or a ValueError when `name` names none."""
+  for kind, (key, values) in _NAMED_WITH.items():
+    if name.removeprefix(f"{kind}_") in values:
+      return {"position.kind": kind, f"position.{key}": name.removeprefix(f"{kind}_")}
+  if name in _NAMED_WITH or not is_valid_kind(name):
+    raise ValueError(f"scheme {name!r}: must be one of {scheme_names()} or a mixed kind 'a+b'")
+  return {"position.kind": name}
+
+
 def default_config_keys() -> dict:
   """The config keys the families add to `position` (see `attention.default_position_config`)."""
   keys = {}
@@ -119,5 +151,5 @@ def with_context_length(position, length: int):
 __all__ = [
     "ABSOLUTE", "ATTENTION", "BIAS", "MIXED", "NONE", "POSITION_KINDS", "ROTARY", "SCHEMES",
     "Scheme", "base", "default_config_keys", "get", "is_valid_kind", "mixed", "parts",
-    "with_context_length"
+    "scheme_name", "scheme_names", "scheme_overrides", "with_context_length"
 ]
