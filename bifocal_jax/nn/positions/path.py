@@ -43,6 +43,28 @@ L2_EPS = 1e-6  # fla.modules.l2norm's eps
 UNROLL_BLOCKS = 16  # unroll the scan over key blocks up to this many (training lengths)
 
 
+def _block_terms(q, k, w, beta_n):
+  """The per-block quantities of the blockwise form, from `[B, H, N, C, d]`
+  queries, keys, reflection vectors and `[B, H, N, C]` betas: the in-block
+  scores `[.., C, C]`, each query moved back to its block's start and each
+  key to its block's end `[.., C, d]`, and each block's whole product of
+  reflections `[.., d, d]` (the UT transform: `T = (I + strict(W_beta W^T))^-1`)."""
+  c, d = q.shape[-2], q.shape[-1]
+  w_beta = w * beta_n[..., None]
+  strict = jnp.tril(jnp.ones((c, c), bool), -1)
+  lower = jnp.tril(jnp.ones((c, c), bool))
+  wbw = jnp.where(strict, jnp.einsum("...sk,...rk->...sr", w_beta, w), 0.0)
+  t_mat = unit_lower_inverse(jnp.eye(c, dtype=jnp.float32) + wbw)
+  t_wbk = t_mat @ jnp.where(strict, jnp.einsum("...sk,...jk->...sj", w_beta, k), 0.0)
+  qw = jnp.where(lower, jnp.einsum("...ik,...sk->...is", q, w), 0.0)
+  t_wb = t_mat @ w_beta
+  a_local = jnp.where(lower, jnp.einsum("...ik,...jk->...ij", q, k), 0.0) - qw @ t_wbk
+  q_start = q - qw @ t_wb
+  k_end = k - jnp.swapaxes(t_wbk, -1, -2) @ w
+  cross = jnp.eye(d, dtype=jnp.float32) - jnp.swapaxes(w, -1, -2) @ t_wb
+  return a_local, q_start, k_end, cross
+
+
 def path_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=None, *,
                    w_BxLxHxK: jax.Array, beta_BxLxH: jax.Array, causal: bool = True,
                    query_chunk: int = 1024, block_size: int = 16,
@@ -72,21 +94,9 @@ def path_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, positions_BxL, valid_BxL=Non
     x = jnp.swapaxes(x, 1, 2)
     return x.reshape(x.shape[:2] + (num_blocks, c) + x.shape[3:])
 
-  q, k, w = blocks(q_BxLxHxK), blocks(k_BxLxHxK), blocks(w_BxLxHxK)
-  beta_n = blocks(beta)  # [B, H, N, C]; padding: beta 0, the identity
-  w_beta = w * beta_n[..., None]
-  strict = jnp.tril(jnp.ones((c, c), bool), -1)
-  lower = jnp.tril(jnp.ones((c, c), bool))
-  eye = jnp.eye(c, dtype=jnp.float32)
-  wbw = jnp.where(strict, jnp.einsum("...sk,...rk->...sr", w_beta, w), 0.0)
-  t_mat = unit_lower_inverse(eye + wbw)
-  t_wbk = t_mat @ jnp.where(strict, jnp.einsum("...sk,...jk->...sj", w_beta, k), 0.0)
-  qw = jnp.where(lower, jnp.einsum("...ik,...sk->...is", q, w), 0.0)
-  t_wb = t_mat @ w_beta
-  a_local = jnp.where(lower, jnp.einsum("...ik,...jk->...ij", q, k), 0.0) - qw @ t_wbk
-  q_start = q - qw @ t_wb  # each query moved back to its block's start
-  k_end = k - jnp.swapaxes(t_wbk, -1, -2) @ w  # each key moved to its block's end
-  cross_KxK = jnp.eye(d, dtype=jnp.float32) - jnp.swapaxes(w, -1, -2) @ t_wb  # [B, H, N, d, d]
+  # padding: beta 0, the identity
+  a_local, q_start, k_end, cross_KxK = _block_terms(blocks(q_BxLxHxK), blocks(k_BxLxHxK),
+                                                    blocks(w_BxLxHxK), blocks(beta))
 
   def rows(x):  # [B, H, N, C, ...] -> [B, H, N * C, ...], the per-query layout
     return x.reshape(x.shape[:2] + (num_blocks * c,) + x.shape[4:])
