@@ -94,13 +94,18 @@ class Sweep:
 def load(name: str, results_root: str = runs_lib.RESULTS_DIR) -> Sweep:
   results_dir = os.path.join(results_root, name)
   preset = presets_lib.PRESETS[name].resolved(results_dir)
-  budgets = load_budgets(results_dir)
+  return of(name, results_dir, preset, cells(load_summaries(results_dir)),
+            load_budgets(results_dir))
+
+
+def of(name: str, results_dir: str, preset, table: dict, budgets: dict) -> Sweep:
+  """The `Sweep` of summaries already read (`table`, `budgets`) for `preset`
+  resolved against `results_dir`: what `report` has in hand."""
   planned = collections.defaultdict(set)
   for run in preset.runs():
     if not preset.calibrated or (budgets.get(run.task.name) or {}).get("budget"):
       planned[(run.task.name, run.arm, run.group)].add(run.seed)
-  return Sweep(name, results_dir, preset, cells(load_summaries(results_dir)), budgets,
-               dict(planned))
+  return Sweep(name, results_dir, preset, table, budgets, dict(planned))
 
 
 # --- numbers, as the report formats them -----------------------------------

@@ -24,12 +24,13 @@ from experiments.extrapolation import runs as runs_lib
 from experiments.extrapolation.report_tables import (
     METRIC_NAMES, fmt_interval, markdown_table, metric_value, seed_values)
 
-# Every kind's training step time against RoPE's (`step_benchmark.py --kinds=all`),
-# then the mixed kinds chosen from the rosters (measured later, each file
-# against its own RoPE): comma-separated, the first file that has a kind gives it.
+# Training step time against RoPE's, each file against its own RoPE, comma-separated;
+# the first file that has a kind gives it: the kinds changed by the roster-fidelity fix
+# and the pre-registered question's candidates, every kind before the fix
+# (`step_benchmark.py --kinds=all`), then the mixed kinds chosen from the rosters.
 STEP_COSTS_FILE = ",".join(
     os.path.join(runs_lib.BENCHMARK_RESULTS, name)
-    for name in ("step_all_kinds.json", "step_mixed_chosen.json"))
+    for name in ("step_after_fidelity.json", "step_all_kinds.json", "step_mixed_chosen.json"))
 
 
 def step_costs(paths: str = STEP_COSTS_FILE) -> tuple[tuple[str, ...], dict[str, list[float]]]:

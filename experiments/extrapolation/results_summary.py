@@ -22,6 +22,7 @@ from experiments.extrapolation import claim_verdicts
 from experiments.extrapolation import depth_length_plot
 from experiments.extrapolation import field_verdicts
 from experiments.extrapolation import leaderboard_report
+from experiments.extrapolation import question_report
 from experiments.extrapolation import question_rules
 from experiments.extrapolation import rank_comparison_report
 from experiments.extrapolation import report_pages
@@ -112,7 +113,8 @@ def _findings(sweeps: dict[str, Sweep]) -> list[str]:
       "- " + field_verdicts.field_listops(sweeps),
       "- " + field_verdicts.size_verdict(sweeps),
       "- " + field_verdicts.five_layer_dyck(sweeps),
-      "- " + field_verdicts.chomsky_verdict(sweeps), "",
+      "- " + field_verdicts.chomsky_verdict(sweeps),
+      "- " + question_report.verdict(converged), "",
       "## Pending", "",
       "Cells with fewer seeds than their preset plans (their earlier runs withdrawn for a "
       "rerun, or not yet run); every claim above that quotes one names its seeds, and is "
