@@ -179,7 +179,7 @@ def tiny_run(tmp_path_factory):
 def test_the_trainer_reports_progress_and_ends_with_a_summary(tiny_run):
   workdir, trained, _ = tiny_run
   lines = trained.stdout.splitlines()
-  assert lines[0] == f"training {workdir}: task dyck, position bifocal, 30 steps of batch 8"
+  assert lines[0] == f"training {workdir}: task dyck, position bifocal_heads, 30 steps of batch 8"
   progress = [line for line in lines if line.startswith("step ")]
   assert [line.split(":")[0] for line in progress] == [f"step {i}/30" for i in range(1, 31)]
   assert all("loss " in line and "tokens/s" in line for line in progress)

@@ -202,7 +202,7 @@ def test_checkpoint_steps_are_the_multiples_of_the_just_fit_budget_before_the_en
     ex.TaskSpec("dyck", at_multiples=(1,)).checkpoint_steps(100)
 
 
-@pytest.mark.parametrize("kind", [*runs_lib.KINDS, "cope", "rope+cope"])
+@pytest.mark.parametrize("kind", [*runs_lib.VERDICT_KINDS, "cope", "rope+cope"])
 def test_a_runs_config_names_its_sweep_kind(kind):
   """`kind_name` reads `kind_overrides` backwards: the analyses label a
   workdir's run as the sweep does (bifocal's two splits are two kinds)."""
