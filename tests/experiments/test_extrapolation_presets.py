@@ -62,7 +62,7 @@ def test_a_mixed_kind_runs_under_its_own_name():
   assert "--config.position.kind=rope+cope" in train
   assert "--spectrum" not in mixed.eval_command("/o")
   assert "--spectrum" in spectral.eval_command("/o")
-  with pytest.raises(ValueError, match=r"kind 'rope\+rope': not one of the sweep's"):
+  with pytest.raises(ValueError, match=r"scheme 'rope\+rope': mixes 'rope' with itself"):
     ex.Run(TASK, "rope+rope", 0).train_command("/o", 400)
 
 

@@ -4,10 +4,13 @@ causality in the decoder with drawn positions, and the learnable bias's
 gradient through `attend`. Training, resume and sharding of the kinds:
 `test_positions_train.py`."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+
 import pytest
 from flax import nnx
 
@@ -56,9 +59,14 @@ def test_one_name_per_scheme_read_back_to_the_config_that_builds_it():
     assert positions.scheme_name(config.position) == name
   assert positions.scheme_overrides("bifocal_pairs") == {"position.kind": "bifocal",
                                                          "position.split": "pairs"}
-  for bad in ("bifocal", "bifocal_both", "learned"):
-    with pytest.raises(ValueError, match=rf"scheme {bad!r}: must be one of"):
+  for bad, reason in (("bifocal", "a bifocal run is named by its split: bifocal_heads, "
+                                  "bifocal_pairs"),
+                      ("bifocal_both", "must be one of"), ("learned", "must be one of"),
+                      ("heads", "must be one of"), (3, "a scheme is named by a string"),
+                      ("rope+rope", "mixes 'rope' with itself")):
+    with pytest.raises(ValueError, match=rf"^scheme {re.escape(repr(bad))}: {reason}"):
       positions.scheme_overrides(bad)
+
 
 @pytest.mark.parametrize("kind, config_file", [("kerple_log", "reverse_string.py"),
                                                ("fire", "odds_first.py"),

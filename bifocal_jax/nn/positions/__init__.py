@@ -112,10 +112,20 @@ def scheme_overrides(name: str) -> dict:
   """`scheme_name` read backwards: the `position` config keys of a named
   scheme (`bifocal_pairs` -> kind `bifocal`, split `pairs`; a mixed `a+b` ->
   its kind), or a ValueError when `name` names none."""
+  if not isinstance(name, str):
+    raise ValueError(f"scheme {name!r}: a scheme is named by a string such as 'rope'")
   for kind, (key, values) in _NAMED_WITH.items():
-    if name.removeprefix(f"{kind}_") in values:
+    if name.startswith(f"{kind}_") and name.removeprefix(f"{kind}_") in values:
       return {"position.kind": kind, f"position.{key}": name.removeprefix(f"{kind}_")}
-  if name in _NAMED_WITH or not is_valid_kind(name):
+    if name == kind:
+      named = ", ".join(f"{kind}_{v}" for v in values)
+      raise ValueError(f"scheme {name!r}: a {kind} run is named by its {key}: {named}")
+  if mixed.is_mixed(name):
+    try:
+      get(name)
+    except ValueError as reason:  # the mix's own reason (e.g. a kind mixed with itself)
+      raise ValueError(f"scheme {name!r}: {str(reason).split(': ', 1)[-1]}") from None
+  elif not is_valid_kind(name):
     raise ValueError(f"scheme {name!r}: must be one of {scheme_names()} or a mixed kind 'a+b'")
   return {"position.kind": name}
 
