@@ -96,6 +96,7 @@ def test_results_schema(trained, evaluated):
   for path in spectrum["plots"].values():
     assert os.path.getsize(path) > 5000
   table = eval_report.format_results(r)
+  assert table.splitlines()[0] == f"{r['workdir']}  step 30  task dyck  position bifocal_heads"
   assert "CHE" in table and f"{r['splits']['valid']['token_accuracy']:.3f}+-" in table
 
 
