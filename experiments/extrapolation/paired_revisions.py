@@ -8,7 +8,9 @@ seeds both revisions have (`bifocal_jax.evaluation.stats.paired_difference`):
   python -m experiments.extrapolation.paired_revisions --old 5ea8a21 \\
       results/converged/listops_depth/scratch/randomized_rope
 
-`--new` defaults to the working tree. Dyck splits pair `close_accuracy`
+`--new` defaults to the working tree. Summaries committed before they moved
+(`results/PRESET/` was `benchmarks/results/runs/PRESET/` before commit 7279abc) are read from
+`--old_directory`. Dyck splits pair `close_accuracy`
 (closing-bracket accuracy), the others `accuracy`.
 """
 
@@ -27,6 +29,8 @@ from bifocal_jax.evaluation import stats
 
 _OLD = flags.DEFINE_string("old", None, "The commit of the old summaries.", required=True)
 _NEW = flags.DEFINE_string("new", None, "The commit of the new summaries (default: the files).")
+_OLD_DIRECTORY = flags.DEFINE_string(
+    "old_directory", None, "Where the old summaries were at --old, if not the same directory.")
 
 _SEED = re.compile(r"seed(\d+)\.json$")
 
@@ -89,16 +93,25 @@ def markdown(rows: list[dict]) -> str:
   return "\n".join(lines)
 
 
+def compare(directory: str, old: str, new: str | None = None,
+            old_directory: str | None = None) -> str:
+  """The markdown table of `directory`'s summaries at `new` (None: the
+  files) against those at `old` (in `old_directory` where they were then);
+  a ValueError when a revision or file is unreadable or no seed is in both."""
+  rows = paired_rows(read_revision(old_directory or directory, old),
+                     read_revision(directory, new))
+  if not rows:
+    raise ValueError(f"no seed of {directory} in both revisions")
+  return markdown(rows)
+
+
 def main(argv):
   if len(argv) != 2:
     raise app.UsageError("one summaries directory (.../<task>/<arm>/<kind>)")
   try:
-    rows = paired_rows(read_revision(argv[1], _OLD.value), read_revision(argv[1], _NEW.value))
+    print(compare(argv[1], _OLD.value, _NEW.value, _OLD_DIRECTORY.value))
   except ValueError as e:
     sys.exit(f"paired_revisions: {e}")
-  if not rows:
-    sys.exit(f"paired_revisions: no seed of {argv[1]} in both revisions")
-  print(markdown(rows))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@
     at two model sizes and two tasks with one model (`rank_comparison_report.py`);
   * the pre-registered question, deeper and longer with one scheme
     (`question_report.py`);
+  * what the fixes of schemes changed: the withdrawn summaries
+    (`superseded.json`) against their reruns (`fix_report.py`);
   * the learned spectra: drift and harmonic fit against the geometric start;
   * the mechanism probes, each eye also against the same heads of the RoPE
     run of its seed (`probe_report.py`);
@@ -46,11 +48,13 @@ import numpy as np
 from bifocal_jax.evaluation import stats
 from experiments.extrapolation import committed_sweeps
 from experiments.extrapolation import depth_length_plot
+from experiments.extrapolation import fix_report
 from experiments.extrapolation import leaderboard_report
 from experiments.extrapolation import probe_report
 from experiments.extrapolation import progress_report
 from experiments.extrapolation import question_report
 from experiments.extrapolation import rank_comparison_report
+from experiments.extrapolation import superseded
 from experiments.extrapolation import training_time_report
 from experiments.extrapolation.report_tables import (
     fmt_interval, markdown_table, metric_value, scratch_first, seed_values)
@@ -375,10 +379,13 @@ def report(preset, results_dir: str, *, link_base: str | None = None,
                               targets=({split: value for name, split, value in preset.targets
                                         if name == task} if preset.leaderboards else None),
                               costs=costs))
-  question = question_report.section(committed_sweeps.of("", results_dir, preset, table, budgets),
-                                     measured)
+  sweep = committed_sweeps.of("", results_dir, preset, table, budgets)
+  question = question_report.section(sweep, measured)
   if question:
     parts.append(question)
+  fixes = fix_report.section(sweep, superseded.load(results_dir))
+  if fixes:
+    parts.append(fixes)
   sizes = rank_comparison_report.model_size_section(preset, table)
   if sizes:
     parts += ["### Model size", sizes]

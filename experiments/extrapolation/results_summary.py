@@ -21,12 +21,14 @@ import os
 from experiments.extrapolation import claim_verdicts
 from experiments.extrapolation import depth_length_plot
 from experiments.extrapolation import field_verdicts
+from experiments.extrapolation import fix_report
 from experiments.extrapolation import leaderboard_report
 from experiments.extrapolation import question_report
 from experiments.extrapolation import question_rules
 from experiments.extrapolation import rank_comparison_report
 from experiments.extrapolation import report_pages
 from experiments.extrapolation import runs as runs_lib
+from experiments.extrapolation import superseded
 from experiments.extrapolation.committed_sweeps import PRESET_NAMES, Sweep, join, load
 from experiments.extrapolation.summary_tables import (
     compact_board, not_run, pending_table, size_table)
@@ -114,7 +116,8 @@ def _findings(sweeps: dict[str, Sweep]) -> list[str]:
       "- " + field_verdicts.size_verdict(sweeps),
       "- " + field_verdicts.five_layer_dyck(sweeps),
       "- " + field_verdicts.chomsky_verdict(sweeps),
-      "- " + question_report.verdict(converged), "",
+      "- " + question_report.verdict(converged),
+      "- " + fix_report.verdict(converged, superseded.load(converged.results_dir)), "",
       "## Pending", "",
       "Cells with fewer seeds than their preset plans (their earlier runs withdrawn for a "
       "rerun, or not yet run); every claim above that quotes one names its seeds, and is "

@@ -60,3 +60,14 @@ def test_a_bad_revision_or_file_is_one_clear_error(repo):
     f.write("{not json")
   with pytest.raises(ValueError, match="seed0.json at the files: not JSON"):
     paired_revisions.read_revision(RUNS, None)
+
+
+def test_summaries_that_moved_since_are_read_from_where_they_were(repo):
+  """`--old_directory`: the old summaries at their old place, the new at theirs."""
+  moved = "results/dyck/scratch/randomized_rope"
+  os.makedirs(os.path.dirname(moved))
+  os.rename(RUNS, moved)
+  with pytest.raises(ValueError, match=f"{moved} at {repo}"):  # not there at the old commit
+    paired_revisions.compare(moved, repo)
+  assert "| test_depth | close_accuracy | 2 | 0.550 | 0.660 | +0.110 [" in (
+      paired_revisions.compare(moved, repo, old_directory=RUNS))

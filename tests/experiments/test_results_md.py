@@ -16,13 +16,7 @@ RESULTS_MD = os.path.join(runs.REPO, "RESULTS.md")
 NAMES = committed_sweeps.PRESET_NAMES
 # Pages written before summaries committed since: each fails until regenerated
 # (`results_pages --pages NAME`), and then its mark must go (strict).
-STALE = {
-    "converged": "generated before the roster gained kinds and before f715821 withdrew the "
-                 "stickbreaking, kerple and stick-breaking-mix summaries for their rerun; its "
-                 "reruns (issue 67) are still landing",
-    "converged_chomsky": "generated before the roster gained p_rope, whose 5 bucket_sort runs "
-                         "have not landed (90 of the preset's 95 runs)",
-}
+STALE: dict[str, str] = {}
 
 
 def _read(path: str) -> str:
