@@ -16,21 +16,14 @@ seeds both revisions have (`bifocal_jax.evaluation.stats.paired_difference`):
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
 import subprocess
 import sys
 
-from absl import app
-from absl import flags
-
 from bifocal_jax.evaluation import stats
-
-_OLD = flags.DEFINE_string("old", None, "The commit of the old summaries.", required=True)
-_NEW = flags.DEFINE_string("new", None, "The commit of the new summaries (default: the files).")
-_OLD_DIRECTORY = flags.DEFINE_string(
-    "old_directory", None, "Where the old summaries were at --old, if not the same directory.")
 
 _SEED = re.compile(r"seed(\d+)\.json$")
 
@@ -105,14 +98,19 @@ def compare(directory: str, old: str, new: str | None = None,
   return markdown(rows)
 
 
-def main(argv):
-  if len(argv) != 2:
-    raise app.UsageError("one summaries directory (.../<task>/<arm>/<kind>)")
+def main(argv: list[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--old", required=True, help="The commit of the old summaries.")
+  parser.add_argument("--new", help="The commit of the new summaries (default: the files).")
+  parser.add_argument("--old_directory",
+                      help="Where the old summaries were at --old, if not the same directory.")
+  parser.add_argument("directory", help="The summaries' directory (.../<task>/<arm>/<kind>).")
+  args = parser.parse_args(argv)
   try:
-    print(compare(argv[1], _OLD.value, _NEW.value, _OLD_DIRECTORY.value))
+    print(compare(args.directory, args.old, args.new, args.old_directory))
   except ValueError as e:
     sys.exit(f"paired_revisions: {e}")
 
 
 if __name__ == "__main__":
-  app.run(main)
+  main()
