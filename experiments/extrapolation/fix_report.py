@@ -127,10 +127,13 @@ def verdict(sweep: Sweep, cells: list[dict]) -> str:
   by_task = _cells_by_task(sweep, cells)
   withdrawn = [c for mine in by_task.values() for c in mine]
   rerun = sum(1 for c in withdrawn if sweep.groups(c["task"]).get((c["arm"], c["group"])))
+  if not rerun:
+    return (f"**What the roster-fidelity fixes changed in `{sweep.name}`**: none of its "
+            f"{len(withdrawn)} withdrawn cells rerun yet ({join(_short(sweep, cells))}).")
   calls, leaders = moved(sweep, cells)
   short = _short(sweep, cells)
-  text = (f"**What the roster-fidelity fixes changed** ({rerun} of the {len(withdrawn)} "
-          "withdrawn cells rerun so far, compared on the same seeds): "
+  text = (f"**What the roster-fidelity fixes changed in `{sweep.name}`** ({rerun} of the "
+          f"{len(withdrawn)} withdrawn cells rerun so far, compared on the same seeds): "
           + ("against RoPE, " + join(calls) + "; " if calls else
              "no call against RoPE moved; ")
           + ("first on a held-out split, " + join(leaders) + "." if leaders else

@@ -117,7 +117,8 @@ def _findings(sweeps: dict[str, Sweep]) -> list[str]:
       "- " + field_verdicts.five_layer_dyck(sweeps),
       "- " + field_verdicts.chomsky_verdict(sweeps),
       "- " + question_report.verdict(converged),
-      "- " + fix_report.verdict(converged, superseded.load(converged.results_dir)), "",
+      *["- " + fix_report.verdict(sweep, cells) for sweep in sweeps.values()
+        if (cells := superseded.load(sweep.results_dir))], "",
       "## Pending", "",
       "Cells with fewer seeds than their preset plans (their earlier runs withdrawn for a "
       "rerun, or not yet run); every claim above that quotes one names its seeds, and is "

@@ -73,7 +73,7 @@ def test_the_fix_moves_a_call_against_rope_and_the_first_kind(tmp_path):
   assert depth_row.split(" | ")[4:6] == ["0.920", "+0.000 [+0.000, +0.000]"]
   assert "`stickbreaking` (`dyck`): the kernel's test (read at aaaaaaa)" in section
   verdict = fix_report.verdict(sweep, cells)
-  assert "(1 of the 1 withdrawn cells rerun so far" in verdict
+  assert "changed in `converged`** (1 of the 1 withdrawn cells rerun so far" in verdict
   assert "Provisional" not in verdict
 
 
@@ -102,7 +102,9 @@ def test_a_cell_not_rerun_yet_moves_nothing(tmp_path):
   cells = [_old_cell("stickbreaking", (0.92, 0.90))]
   sweep = _sweep(results)
   assert fix_report.moved(sweep, cells) == ([], [])
-  assert "(0 of the 1 withdrawn cells rerun so far" in fix_report.verdict(sweep, cells)
+  assert fix_report.verdict(sweep, cells) == (
+      "**What the roster-fidelity fixes changed in `converged`**: none of its 1 withdrawn cells "
+      "rerun yet (`stickbreaking` (0 of 5 seeds) on `dyck`).")
   assert fix_report.section(_sweep(str(tmp_path / "none")), cells) == ""
 
 
