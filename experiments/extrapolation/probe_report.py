@@ -218,7 +218,7 @@ def same_heads_table(groups: dict) -> str:
   return markdown_table(rows) if len(rows) > 2 else ""
 
 
-def _kind_mass(summary: dict, name: str, split: str = "test_depth") -> float | None:
+def kind_mass(summary: dict, name: str, split: str = "test_depth") -> float | None:
   """A probed run's `name` mass on `split`, the mean over its eyes (each eye's
   mean over its heads; None where no head has weights)."""
   by_eye = summary["probe"]["by_eye"].get(split, {}).get(name) or {}
@@ -247,8 +247,8 @@ def across_kinds_table(groups: dict, split: str = "test_depth") -> str:
   for group, probed in scratch.items():
     # Seeds probed before a kind's weights were read have none: left out of every column.
     weighted = [(s, top, match) for s in probed
-                if (top := _kind_mass(s, "top_mass", split)) is not None
-                and (match := _kind_mass(s, "match_mass", split)) is not None
+                if (top := kind_mass(s, "top_mass", split)) is not None
+                and (match := kind_mass(s, "match_mass", split)) is not None
                 and s["splits"].get(split, {}).get(metric) is not None]
     if not weighted:
       rows.append([group, f"0 of {len(probed)}", "-", "-", "-"])

@@ -5,8 +5,9 @@ deeper and longer?
 `section(sweep, costs)` is the converged page's section: per task the
 candidates beside the references they are paired with (RoPE, PaTH and the
 recency kinds), each held-out split's mean over seeds [95% interval] in the
-leaderboards' metric, their paired differences (same seeds), the step time
-over RoPE's, and on Dyck which schemes (candidates and roster alike) meet
+leaderboards' metric, their paired differences (same seeds), where depth is
+held by the probes (the last layer's depth probe, the attention on the
+matching bracket), the step time over RoPE's, and on Dyck which schemes (candidates and roster alike) meet
 both targets. `verdict(sweep)` is RESULTS.md's line, its numbers the
 section's. Until every candidate cell has its seeds, both say how many
 runs landed and call nothing answered.
@@ -14,6 +15,7 @@ runs landed and call nothing answered.
 
 from __future__ import annotations
 
+from experiments.extrapolation import probe_report
 from experiments.extrapolation import question_rules
 from experiments.extrapolation import roster_rules
 from experiments.extrapolation.committed_sweeps import Sweep, interval, join, minus
@@ -88,6 +90,27 @@ def _paired_table(sweep: Sweep, task: str, kinds: list[str]) -> str:
   return markdown_table(rows) if len(rows) > 2 else ""
 
 
+def _probe_table(sweep: Sweep, task: str, kinds: list[str]) -> str:
+  """Where depth is held, per kind (mean over its probed seeds): the depth
+  probe's accuracy at the last layer on `test_depth` and on its depths deeper
+  than any trained on, and the attention on the matching bracket (mean over
+  the kind's eyes; seeds whose weights were not read are left out)."""
+  rows = [["position", "seeds probed", "depth probe, `test_depth`", "its unseen depths",
+           "matching-bracket mass"], ["---"] * 5]
+  for kind in kinds:
+    probes = [s for s in sweep.scratch(task).get(kind, {}).values() if s.get("probe")]
+    if not probes:
+      continue
+    cells = []
+    for key in ("accuracy", "unseen_accuracy"):
+      values = [v for s in probes if (v := s["probe"]["depth"]["test_depth"][key][-1]) is not None]
+      cells.append(f"{_mean(dict(enumerate(values))):.3f}" if values else "-")
+    masses = [m for s in probes if (m := probe_report.kind_mass(s, "match_mass")) is not None]
+    rows.append([f"`{kind}`", str(len(probes)), *cells,
+                 f"{_mean(dict(enumerate(masses))):.3f} ({len(masses)} seeds)" if masses else "-"])
+  return markdown_table(rows) if len(rows) > 2 else ""
+
+
 def _costs_line(kinds: list[str], costs: tuple[tuple[str, ...], dict[str, list[float]]]) -> str:
   configs, kind_costs = costs
   measured = [f"`{k}` {' / '.join(f'{r:.2f}x' for r in kind_costs[k])}"
@@ -124,9 +147,11 @@ def section(sweep: Sweep, costs=((), {})) -> str:
     if diffs:
       parts += ["Paired against the references (same seeds; **bold**: the interval excludes "
                 "zero):", "", diffs, ""]
-  parts += [_costs_line(_candidates(sweep, TARGET_TASK), costs), "",
-            "Where depth is held: the probe tables of each task's section above have the "
-            "candidates' rows beside the roster's.", "", verdict(sweep)]
+    probes = _probe_table(sweep, task, kinds + refs)
+    if probes:
+      parts += ["Where depth is held (the probes, `test_depth`; the task's probe section above "
+                "has every kind and eye):", "", probes, ""]
+  parts += [_costs_line(_candidates(sweep, TARGET_TASK), costs), "", verdict(sweep)]
   return "\n".join(parts)
 
 

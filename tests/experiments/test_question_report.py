@@ -85,3 +85,29 @@ def test_the_target_is_a_mean_over_seeds_at_or_above(tmp_path, depth):
                    "path+stickbreaking": (0.9, 0.8)})
   met = question_report.meeting_targets(_sweep(results))
   assert met == (["path+alibi"] if depth >= 0.99 else [])
+
+
+def _probe(path, unseen, match):
+  """A summary's probe as the evaluator records it: the depth probe per layer,
+  the matching-bracket mass per eye (None: weights not read)."""
+  return dict(depth={"test_depth": dict(accuracy=[0.1, path], unseen_accuracy=[0.0, unseen])},
+              by_eye={"test_depth": dict(match_mass={"a": match, "b": match}, top_mass={})})
+
+
+def test_where_depth_is_held_beside_the_references(tmp_path):
+  results = str(tmp_path)
+  _field(results, {**REFERENCES, "path+alibi": (0.995, 0.95), "path_fox": (0.9, 0.8),
+                   "path+stickbreaking": (0.9, 0.8)})
+  for kind, (depth, unseen) in {"path+alibi": (0.5, 0.2), "rope": (0.3, 0.0)}.items():
+    for seed in SEEDS:
+      path = os.path.join(results, "dyck", "scratch", kind, f"seed{seed}.json")
+      with open(path) as f:
+        summary = json.load(f)
+      summary["probe"] = _probe(depth, unseen, None if seed == 0 else 0.1 * seed)
+      with open(path, "w") as f:
+        json.dump(summary, f)
+  text = question_report.section(_sweep(results))
+  assert "| `path+alibi` | 5 | 0.500 | 0.200 | 0.250 (4 seeds) |" in text  # (0.1 + .. + 0.4) / 4
+  assert "| `rope` | 5 | 0.300 | 0.000 | 0.250 (4 seeds) |" in text
+  probes = text[text.index("Where depth is held"):]
+  assert "`path_fox`" not in probes.split("\n\n")[1]  # not probed: no row
