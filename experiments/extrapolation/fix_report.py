@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments.extrapolation.committed_sweeps import REFERENCE, Sweep, join, minus, ranked
+from experiments.extrapolation.committed_sweeps import REFERENCE, Sweep, join, mean, minus, ranked
 from experiments.extrapolation.report_tables import METRIC_NAMES, fmt_interval, markdown_table
 
 
@@ -91,7 +91,7 @@ def _task_table(sweep: Sweep, task: str, mine: list[dict]) -> str:
         continue
       was, now = {s: was[s] for s in seeds}, {s: now[s] for s in seeds}
       rows.append([f"`{c['group']}`", f"`{split}`", str(len(seeds)),
-                   f"{sum(was.values()) / len(seeds):.3f}", f"{sum(now.values()) / len(seeds):.3f}",
+                   mean(was), mean(now),
                    fmt_interval(minus(now, was), signed=True),
                    _call(old, task, split, c["group"]), _call(sweep, task, split, c["group"])])
   return markdown_table(rows) if len(rows) > 2 else ""
@@ -128,11 +128,11 @@ def verdict(sweep: Sweep, cells: list[dict]) -> str:
   withdrawn = [c for mine in by_task.values() for c in mine]
   rerun = sum(1 for c in withdrawn if sweep.groups(c["task"]).get((c["arm"], c["group"])))
   if not rerun:
-    return (f"**What the roster-fidelity fixes changed in `{sweep.name}`**: none of its "
+    return (f"**What the fixes of schemes changed in `{sweep.name}`**: none of its "
             f"{len(withdrawn)} withdrawn cells rerun yet ({join(_short(sweep, cells))}).")
   calls, leaders = moved(sweep, cells)
   short = _short(sweep, cells)
-  text = (f"**What the roster-fidelity fixes changed in `{sweep.name}`** ({rerun} of the "
+  text = (f"**What the fixes of schemes changed in `{sweep.name}`** ({rerun} of the "
           f"{len(withdrawn)} withdrawn cells rerun so far, compared on the same seeds): "
           + ("against RoPE, " + join(calls) + "; " if calls else
              "no call against RoPE moved; ")

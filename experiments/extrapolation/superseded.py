@@ -38,7 +38,7 @@ def path(results_dir: str) -> str:
 
 def load(results_dir: str) -> list[dict]:
   """The cells of `results_dir`'s file ([] without one), seeds as ints; a
-  ValueError naming the file when it is not what `write` writes."""
+  ValueError naming the file when it is not what `main` writes."""
   try:
     with open(path(results_dir)) as f:
       data = json.load(f)

@@ -103,7 +103,7 @@ def test_a_cell_not_rerun_yet_moves_nothing(tmp_path):
   sweep = _sweep(results)
   assert fix_report.moved(sweep, cells) == ([], [])
   assert fix_report.verdict(sweep, cells) == (
-      "**What the roster-fidelity fixes changed in `converged`**: none of its 1 withdrawn cells "
+      "**What the fixes of schemes changed in `converged`**: none of its 1 withdrawn cells "
       "rerun yet (`stickbreaking` (0 of 5 seeds) on `dyck`).")
   assert fix_report.section(_sweep(str(tmp_path / "none")), cells) == ""
 
